@@ -1,0 +1,69 @@
+"""Adapters: the only code that talks to a scheduler.
+
+The engine relies on exactly the methods of :class:`Adapter`; identity is the job id and the
+rank, never a scheduler-side name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Protocol, Sequence
+
+from trainguard.model import Capacity, Instance
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Start ``command`` as ``instance`` with ``env``; ``restart_round`` names its log."""
+
+    instance: Instance
+    command: tuple[str, ...]
+    env: Mapping[str, str]
+    cwd: str | None
+    restart_round: int
+
+
+@dataclass(frozen=True)
+class Exit:
+    """An instance's process ended: ``exit_code`` is negative for a fatal signal (``-9``)."""
+
+    rank: int
+    pid: int
+    exit_code: int
+    at: float
+
+
+class Adapter(Protocol):
+    """What the engine needs from a scheduler."""
+
+    name: str
+
+    def capacity(self, isolated: frozenset[str]) -> Capacity:
+        """The job's nodes and slots, with ``isolated`` ones marked."""
+
+    def place(self, ranks: Sequence[int], current: Mapping[int, str], isolated: frozenset[str]) -> dict[int, str]:
+        """Choose nodes for ``ranks``; ranks in ``current`` but not in ``ranks`` stay where they are."""
+
+    def rendezvous(self) -> tuple[str, int]:
+        """A fresh ``(MASTER_ADDR, MASTER_PORT)`` for a whole-job start."""
+
+    def start(self, launches: Sequence[Launch]) -> dict[int, Instance]:
+        """Start the launches; returns each rank's instance with ``pid`` and ``log_path`` set."""
+
+    def wait(self, timeout: float) -> list[Exit]:
+        """Block up to ``timeout`` seconds for instances to end; returns those that did."""
+
+    def stop(self, ranks: Sequence[int], grace: float) -> list[Exit]:
+        """Stop ``ranks`` (SIGTERM, ``grace`` seconds, SIGKILL) and return how they ended."""
+
+    def running(self) -> frozenset[int]:
+        """Ranks whose process is alive."""
+
+    def last_output(self, rank: int) -> float | None:
+        """When the rank's current log last grew (epoch seconds), running or not; None if unknown."""
+
+    def log_tail(self, rank: int, nbytes: int) -> str:
+        """The last ``nbytes`` of the rank's current log, decoded, starting at a whole line."""
+
+    def close(self) -> None:
+        """Stop everything still running and release resources; safe to call twice."""

@@ -1,0 +1,222 @@
+"""``trainguard``: supervise a job, read its history, classify a log, run the demo.
+
+Bad input is one line on stderr and exit code 2, never a traceback; a job that fails for good
+exits 1; an interrupted supervisor exits 128 + the signal number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import secrets
+import sys
+import time
+from pathlib import Path
+from typing import Any, NoReturn, Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from trainguard.engine import SupervisorInterrupted, supervise
+from trainguard.errors import PolicyError, TrainguardError
+from trainguard.hooks import PluginHost
+from trainguard.logtail import read_tail
+from trainguard.model import ErrorSource, Fault, JobSpec, JobStatus
+from trainguard.render import print_report, console_for
+from trainguard.policy import BOOLEAN_PARAMETERS, PARSERS, build_policy, flag, load_policy_file, parse_aimaster_args
+from trainguard.store import RunStore, default_state_dir
+
+_REPEATED = {"retryable_errors": "--retryable-error", "preload": "--preload"}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"trainguard: error: {message}\n")
+        raise SystemExit(2)
+
+
+def _add_policy_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("fault tolerance (AIMaster names and defaults)")
+    for attr in PARSERS:
+        if attr in _REPEATED:
+            group.add_argument(_REPEATED[attr], dest=attr, action="append", metavar="VALUE",
+                               default=argparse.SUPPRESS)
+        elif attr in BOOLEAN_PARAMETERS:
+            group.add_argument(flag(attr), dest=attr, nargs="?", const="True", metavar="BOOL",
+                               default=argparse.SUPPRESS)
+        else:
+            group.add_argument(flag(attr), dest=attr, metavar="VALUE", default=argparse.SUPPRESS)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="trainguard", description="Fault tolerance for distributed training jobs.")
+    parser.add_argument("--log-level", default=os.environ.get("TRAINGUARD_LOG_LEVEL", "INFO"))
+    sub = parser.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+
+    run = sub.add_parser("run", help="supervise COMMAND as --nproc ranks: trainguard run [options] -- COMMAND ...")
+    run.add_argument("--nproc", type=int, default=1, help="ranks (RANK 0..N-1)")
+    run.add_argument("--nodes", type=int, default=1, help="(virtual) nodes the ranks spread over")
+    run.add_argument("--slots-per-node", type=int, default=0,
+                     help="ranks a node holds; more than nproc/nodes leaves spare capacity (default: even)")
+    run.add_argument("--adapter", default="local")
+    run.add_argument("--job-id", default=None)
+    run.add_argument("--state-dir", default=None, help="run history (default $TRAINGUARD_STATE_DIR or .trainguard)")
+    run.add_argument("--events-file", default=None, help="append every event as a JSON line")
+    run.add_argument("--policy", default=None, metavar="FILE.yaml")
+    run.add_argument("--aimaster-args", default=None, metavar="STRING",
+                     help='AIMaster-style arguments, e.g. "--job-execution-mode=Sync --enable-job-restart=True"')
+    run.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
+    _add_policy_flags(run)
+
+    history = sub.add_parser("history", help="show a job's restart records (all jobs without JOB_ID)")
+    history.add_argument("job_id", nargs="?")
+    history.add_argument("--state-dir", default=None)
+    history.add_argument("--json", action="store_true")
+
+    classify = sub.add_parser("classify", help="classify a failure log")
+    classify.add_argument("logfile")
+    classify.add_argument("--exit-code", type=int, default=None)
+    classify.add_argument("--signal", default=None, help="fatal signal, by number or name (SIGSEGV)")
+    classify.add_argument("--tail-bytes", type=int, default=None)
+    classify.add_argument("--json", action="store_true")
+
+    demo = sub.add_parser("demo", help="supervise a real 4-rank PyTorch job through injected faults")
+    demo.add_argument("--state-dir", default=None)
+    demo.add_argument("--steps", type=int, default=30)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    command: list[str] = []
+    if "--" in args_in:
+        cut = args_in.index("--")
+        args_in, command = args_in[:cut], args_in[cut + 1:]
+    parser = build_parser()
+    args = parser.parse_args(args_in)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    console = console_for(sys.stdout)
+    try:
+        if args.cmd == "run":
+            return _run(args, command, console)
+        if command:
+            parser.error(f"unexpected arguments after --: {' '.join(command)}")
+        if args.cmd == "history":
+            return _history(args, console)
+        if args.cmd == "classify":
+            return _classify(args, console)
+        from trainguard.demo.run import run_demo
+
+        return run_demo(state_dir=args.state_dir, steps=args.steps, console=console)
+    except SupervisorInterrupted as exc:
+        sys.stderr.write(f"trainguard: {exc}\n")
+        return exc.exit_code
+    except TrainguardError as exc:
+        sys.stderr.write(f"trainguard: error: {exc}\n")
+        return exc.exit_code
+
+
+def _policy_from(args: argparse.Namespace) -> Any:
+    layers: list[dict[str, Any]] = []
+    if args.policy:
+        layers.append(load_policy_file(args.policy))
+    if args.aimaster_args:
+        layers.append(parse_aimaster_args(args.aimaster_args))
+    layers.append({attr: getattr(args, attr) for attr in PARSERS if hasattr(args, attr)})
+    return build_policy(*layers)
+
+
+def _run(args: argparse.Namespace, command: list[str], console: Console) -> int:
+    if not command:
+        raise TrainguardError("run needs a command after --, e.g. trainguard run --nproc 2 -- python train.py")
+    if args.nproc < 1 or args.nodes < 1 or args.slots_per_node < 0:
+        raise PolicyError("--nproc/--nodes", "must be at least 1 (--slots-per-node at least 0)")
+    policy = _policy_from(args)
+    env = {}
+    for item in args.env:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise PolicyError("--env", f"{item!r} is not KEY=VALUE")
+        env[key] = value
+    job_id = args.job_id or time.strftime("tg-%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+    spec = JobSpec(job_id=job_id, command=tuple(command), nproc=args.nproc, nodes=args.nodes,
+                   slots_per_node=args.slots_per_node, env=env, cwd=os.getcwd())
+    if spec.slots * spec.nodes < spec.nproc:
+        raise PolicyError("--slots-per-node", f"{spec.nodes} node(s) x {spec.slots} slot(s) cannot hold "
+                                              f"{spec.nproc} rank(s)")
+    state_dir = Path(args.state_dir) if args.state_dir else default_state_dir()
+    console.print(f"[bold]trainguard[/] job [cyan]{job_id}[/]: {' '.join(command)} "
+                  f"({spec.nproc} rank(s), {spec.nodes} node(s)); history in {state_dir}")
+    status = supervise(spec, policy, state_dir=state_dir, adapter=args.adapter, events_file=args.events_file)
+    store = RunStore(state_dir)
+    try:
+        print_report(store.report(job_id), console)
+    finally:
+        store.close()
+    return 0 if status is JobStatus.SUCCEEDED else 1
+
+
+def _history(args: argparse.Namespace, console: Console) -> int:
+    state_dir = Path(args.state_dir) if args.state_dir else default_state_dir()
+    if not (state_dir / RunStore.FILENAME).exists():
+        raise TrainguardError(f"no run history in {state_dir} (use --state-dir)")
+    store = RunStore(state_dir)
+    try:
+        if args.job_id is None:
+            reports = [store.report(job_id) for job_id in store.job_ids()]
+            if args.json:
+                print(json.dumps(reports, indent=2))
+            else:
+                table = Table("job", "status", "rounds", "created", "command")
+                for r in reports:
+                    table.add_row(r["job_id"], r["status"], str(len(r["rounds"])), r["created_at"],
+                                  " ".join(r["command"] or []))
+                console.print(table)
+            return 0
+        report = store.report(args.job_id)
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print_report(report, console)
+    return 0
+
+
+def _signal_number(text: str | None) -> int | None:
+    if text is None:
+        return None
+    import signal
+
+    name = text.upper()
+    try:
+        return int(name) if name.isdigit() else int(signal.Signals(name if name.startswith("SIG") else "SIG" + name))
+    except (KeyError, ValueError):
+        raise PolicyError("--signal", f"{text!r} is not a signal") from None
+
+
+def _classify(args: argparse.Namespace, console: Console) -> int:
+    path = Path(args.logfile)
+    if not path.is_file():
+        raise TrainguardError(f"{path}: no such file")
+    policy = build_policy({"log_tail_bytes": args.tail_bytes} if args.tail_bytes else {})
+    signum = _signal_number(args.signal)
+    source = ErrorSource.EXIT_CODE if args.exit_code is not None or signum else ErrorSource.LOG
+    fault = Fault(source, time.time(), exit_code=args.exit_code, signal=signum, log_path=str(path),
+                  message=f"{path.name}")
+    verdict = PluginHost().classify(fault, read_tail(path, policy.log_tail_bytes), policy)
+    if args.json:
+        print(json.dumps(verdict.to_json(), indent=2))
+        return 0
+    console.print(f"[bold]{verdict.category.value}[/] ({verdict.fault_code}), confidence {verdict.confidence:.2f}")
+    console.print(f"  retryable: {verdict.retryable}   node fault: {verdict.node_fault}"
+                  f"{' (' + verdict.node + ')' if verdict.node else ''}   user error: {verdict.user_error}")
+    console.print(f"  evidence: {verdict.evidence or '-'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The demo: a real PyTorch (CPU, gloo) training job supervised through injected faults."""

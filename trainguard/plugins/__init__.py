@@ -1,0 +1,1 @@
+"""Built-in plugins: classifiers, the recovery ladder and notifiers, registered like any other."""

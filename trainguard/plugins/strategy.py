@@ -1,0 +1,160 @@
+"""The built-in recovery ladder: AIMaster's policies with seed 002's degradation rules.
+
+Registered ``trylast`` so any strategy plugin decides first. Every counter is derived from the
+:class:`~trainguard.model.History` the engine rebuilds from the store, so a resumed supervisor
+decides as its predecessor would have.
+
+The ladder, checked top to bottom (the first rule that applies decides):
+
+======================================  ===================================================
+situation                               decision
+======================================  ===================================================
+``--fault-tolerant-policy=Never``       fail
+same error on one instance > N times    fail (``--max-num-of-same-error``)
+failed share > tolerated rate           fail (``--max-tolerated-failure-rate``)
+hang / exit hang                        restart in place, free ("restart upon suspension");
+                                        fail after ``max_consecutive_hang_restarts`` in a row
+not retryable, ExitCodeAndErrorMsg      fail (no free retry for user errors or unknowns)
+not retryable, OnFailure                unconditional restart; after
+                                        ``max_consecutive_unconditional_restarts`` in a row
+                                        with no node fault, fail as a user-code error
+Sync job, restarts disabled             fail (``--enable-job-restart=False``)
+node fault (or the same fault code on   isolate the node: Sync reschedules the job away
+the same node ``isolate_after_same_``   from it (or replaces only its ranks while
+``fault`` times within the window)      ``max_num_of_pod_restart`` allows); Async replaces
+                                        the failed instances; no spare capacity: fail for a
+                                        node fault, restart the job for a repeated fault
+Async job                               restart the failed instances, free
+first occurrence on this node           restart in place, free (in-place recovery)
+again                                   restart the job (budgeted)
+======================================  ===================================================
+
+Budgeted decisions fail instead once ``--max-num-of-job-restart`` rounds have been used.
+"""
+
+from __future__ import annotations
+
+from trainguard.hooks.markers import hookimpl
+from trainguard.model import (
+    Action,
+    Capacity,
+    Decision,
+    ErrorSource,
+    ExecutionMode,
+    FaultTolerantPolicy,
+    History,
+    Incident,
+    RoundRecord,
+    Verdict,
+)
+from trainguard.policy import Policy
+
+NAME = "builtin-ladder"
+HANG_SOURCES = (ErrorSource.HANG, ErrorSource.EXIT_HANG)
+
+
+def _fail(reason: str) -> Decision:
+    return Decision(Action.FAIL, reason, consumes_budget=False, strategy=NAME)
+
+
+def _is_hang_round(record: RoundRecord) -> bool:
+    return record.error_source in HANG_SOURCES
+
+
+def _is_unconditional_round(record: RoundRecord) -> bool:
+    return record.unconditional and not record.node_fault
+
+
+@hookimpl(trylast=True)
+def trainguard_decide_recovery(
+    incident: Incident, verdict: Verdict, history: History, policy: Policy, capacity: Capacity
+) -> Decision:
+    root = incident.root
+    node = verdict.node or root.node
+    is_async = policy.job_execution_mode is ExecutionMode.ASYNC
+    code = verdict.fault_code
+
+    if policy.fault_tolerant_policy is FaultTolerantPolicy.NEVER:
+        return _fail(f"{code}: --fault-tolerant-policy=Never tolerates no fault")
+
+    if root.rank is not None:
+        seen = history.same_error_counts.get((root.rank, code), 0) + 1
+        if seen > policy.max_num_of_same_error:
+            return _fail(f"{code} occurred {seen} times on rank-{root.rank} "
+                         f"(--max-num-of-same-error={policy.max_num_of_same_error})")
+
+    if policy.max_tolerated_failure_rate > 0 and capacity.world_size:
+        # Sync peers die of the root's failure within milliseconds; only Async failures are
+        # independent, so only they count towards the share.
+        failed = len(incident.failed_ranks) if is_async else 1
+        share = failed / capacity.world_size
+        if share > policy.max_tolerated_failure_rate:
+            return _fail(f"{failed} of {capacity.world_size} instances failed ({share:.0%} > "
+                         f"--max-tolerated-failure-rate={policy.max_tolerated_failure_rate})")
+
+    if root.source in HANG_SOURCES:
+        if not policy.enable_job_restart:
+            return _fail(f"{code}: job hung and --enable-job-restart=False")
+        in_a_row = history.trailing(_is_hang_round)
+        if in_a_row >= policy.max_consecutive_hang_restarts:
+            return _fail(f"{code}: job hung again after {in_a_row} restarts upon suspension in a row")
+        return Decision(Action.RESTART_IN_PLACE, "restart upon suspension", consumes_budget=False,
+                        strategy=NAME)
+
+    unconditional = False
+    if not verdict.retryable:
+        if policy.fault_tolerant_policy is FaultTolerantPolicy.EXIT_CODE_AND_ERROR_MSG:
+            kind = "user error" if verdict.user_error else verdict.category.value
+            return _fail(f"{code} is not retryable ({kind}) under --fault-tolerant-policy=ExitCodeAndErrorMsg")
+        in_a_row = history.trailing(_is_unconditional_round)
+        if in_a_row >= policy.max_consecutive_unconditional_restarts and not verdict.node_fault:
+            return _fail(f"{code}: failed again after {in_a_row} unconditional restarts with no node "
+                         "fault: a user-code error")
+        unconditional = True
+
+    if not is_async and not policy.enable_job_restart:
+        return _fail(f"{code}: job restart is disabled (--enable-job-restart=False)")
+
+    def budgeted(action: Action, reason: str, isolate: tuple[str, ...] = ()) -> Decision:
+        used = history.budget_used
+        if used >= policy.max_num_of_job_restart:
+            return _fail(f"{code}: restart budget exhausted ({used} of "
+                         f"--max-num-of-job-restart={policy.max_num_of_job_restart} used)")
+        return Decision(action, reason, isolate=isolate, unconditional=unconditional,
+                        ranks=incident.failed_ranks, strategy=NAME)
+
+    repeats = 1
+    if node is not None:
+        since = root.detected_at - policy.isolate_window
+        repeats = history.same_fault_on_node(node, code, since) + 1
+    isolate_node = node is not None and not verdict.user_error and (
+        verdict.node_fault or repeats >= policy.isolate_after_same_fault)
+
+    if isolate_node:
+        assert node is not None
+        why = (f"node fault on {node}" if verdict.node_fault
+               else f"{code} {repeats} times in a row on {node}")
+        if capacity.healthy_slots(excluding=(node,)) < capacity.world_size:
+            if verdict.node_fault:
+                return _fail(f"{code}: {why} and no healthy spare capacity to move to")
+            return budgeted(Action.RESTART_JOB, f"{why}; no spare node to isolate it, restarting the job")
+        if is_async:
+            return Decision(Action.REPLACE_INSTANCES, f"{why}: replacing the failed instances elsewhere",
+                            consumes_budget=False, isolate=(node,), ranks=incident.failed_ranks,
+                            unconditional=unconditional, strategy=NAME)
+        pod_rounds = sum(1 for r in history.rounds if r.action is Action.REPLACE_INSTANCES)
+        if pod_rounds < policy.max_num_of_pod_restart:
+            return Decision(Action.REPLACE_INSTANCES, f"{why}: pod-level rescheduling of its ranks",
+                            consumes_budget=False, isolate=(node,), ranks=incident.failed_ranks,
+                            unconditional=unconditional, strategy=NAME)
+        return budgeted(Action.RESCHEDULE_ISOLATED, f"{why}: isolating it and rescheduling the job", (node,))
+
+    if is_async:
+        return Decision(Action.RESTART_INSTANCES, f"{code}: restarting the failed instances",
+                        consumes_budget=False, ranks=incident.failed_ranks,
+                        unconditional=unconditional, strategy=NAME)
+    if repeats == 1 and policy.enable_in_place_restart and not unconditional:
+        return Decision(Action.RESTART_IN_PLACE, f"{code}: in-place recovery", consumes_budget=False,
+                        strategy=NAME)
+    why = "unconditional restart" if unconditional else f"{code} again: restarting the job"
+    return budgeted(Action.RESTART_JOB, why)

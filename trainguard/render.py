@@ -1,0 +1,32 @@
+"""Readable views of run history for people: tables with rich."""
+
+from __future__ import annotations
+
+from typing import IO, Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def console_for(stream: IO[str]) -> Console:
+    """A console that keeps tables readable when output goes to a file or a CI log."""
+    return Console(file=stream, highlight=False, width=None if stream.isatty() else 160)
+
+
+def print_report(report: dict[str, Any], console: Console) -> None:
+    """Print a job's status line and one table row per round (and the failure, if any)."""
+    colour = {"succeeded": "green", "failed": "red"}.get(report["status"], "yellow")
+    console.print(f"job [cyan]{report['job_id']}[/]: [{colour}]{report['status']}[/], "
+                  f"{len(report['rounds'])} round(s), {report['restarts']} budgeted restart(s)")
+    rows = list(report["rounds"]) + ([report["failure"]] if "failure" in report else [])
+    if not rows:
+        return
+    table = Table("round", "detected", "source", "error code", "action", "node", "instance", "result",
+                  "stages (s)", "reason")
+    for r in rows:
+        stages = " ".join(f"{k}={v:.2f}" for k, v in r["stages"].items())
+        table.add_row(str(r["round"]), r["started_at"][11:23], r["error_source"], r["error_code"], r["action"],
+                      r["node"] or "-", r["instance"] or "-", r["result"], stages, r["reason"])
+    console.print(table)
+
+

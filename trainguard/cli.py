@@ -95,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cut = args_in.index("--")
         args_in, command = args_in[:cut], args_in[cut + 1:]
     parser = build_parser()
-    args = parser.parse_args(args_in)
+    args = parser.parse_args(_join_aimaster_args(args_in))
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
     console = console_for(sys.stdout)
@@ -117,6 +117,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TrainguardError as exc:
         sys.stderr.write(f"trainguard: error: {exc}\n")
         return exc.exit_code
+
+
+def _join_aimaster_args(args: list[str]) -> list[str]:
+    """AIMaster strings start with ``--``, which argparse refuses as a separate value."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        if args[i] == "--aimaster-args" and i + 1 < len(args):
+            out.append(f"--aimaster-args={args[i + 1]}")
+            i += 2
+        else:
+            out.append(args[i])
+            i += 1
+    return out
 
 
 def _policy_from(args: argparse.Namespace) -> Any:
@@ -193,7 +207,7 @@ def _signal_number(text: str | None) -> int | None:
 
     name = text.upper()
     try:
-        return int(name) if name.isdigit() else int(signal.Signals(name if name.startswith("SIG") else "SIG" + name))
+        return int(name) if name.isdigit() else int(signal.Signals[name if name.startswith("SIG") else "SIG" + name])
     except (KeyError, ValueError):
         raise PolicyError("--signal", f"{text!r} is not a signal") from None
 

@@ -91,15 +91,19 @@ CREATE INDEX IF NOT EXISTS ledger_job ON ledger (job_id);
 """
 
 
-def filesystem_type(path: Path) -> str:
-    """The type of the filesystem holding ``path`` (longest mount-point prefix), or ''."""
-    try:
-        mounts = Path("/proc/mounts").read_text().splitlines()
-    except OSError:
-        return ""
+def filesystem_type(path: Path, mounts: str | None = None) -> str:
+    """The type of the filesystem holding ``path`` (longest mount-point prefix), or ''.
+
+    ``mounts`` is the text of ``/proc/mounts``, read when not given.
+    """
+    if mounts is None:
+        try:
+            mounts = Path("/proc/mounts").read_text()
+        except OSError:
+            return ""
     target = str(path.resolve())
     best, kind = "", ""
-    for line in mounts:
+    for line in mounts.splitlines():
         parts = line.split()
         if len(parts) < 3:
             continue

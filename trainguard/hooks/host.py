@@ -110,7 +110,7 @@ class PluginHost:
 
     @property
     def plugin_names(self) -> list[str]:
-        return sorted(name for name, _ in self.pm.list_name_plugin())
+        return sorted(name for name, plugin in self.pm.list_name_plugin() if plugin is not None)
 
     def _call(self, hook: str, firstresult: bool = False, **kwargs: Any) -> Iterator[Any]:
         """Yield each implementation's non-None result in call order, isolating failures."""

@@ -89,8 +89,8 @@ def trainguard_decide_recovery(
     :param capacity: the job's nodes, slots and isolated nodes.
     :return: a decision, or None to let the next strategy decide.
 
-    First result wins. The built-in ladder (``trainguard.plugins.strategy``) is registered last,
-    so any plugin can decide first and fall back to it by returning None.
+    First result wins. Implemented by ``trainguard.plugins.strategy`` (the built-in ladder),
+    registered ``trylast`` so any plugin can decide first and fall back to it by returning None.
     """
 
 

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Set up everything on a fresh machine and run one thing:
+#   ./dev.sh demo     supervise a real 4-rank PyTorch job through injected faults
+#   ./dev.sh test     run the test suite (what CI runs)
+#   ./dev.sh bench    print the benchmark figures
+set -euo pipefail
+cd "$(dirname "$0")"
+
+VENV=${TRAINGUARD_VENV:-.venv}
+
+setup() {
+    if [ ! -x "$VENV/bin/python" ]; then
+        python3 -m venv "$VENV"
+    fi
+    # Reinstall only when the dependency files changed since the last install.
+    local stamp="$VENV/.trainguard-deps"
+    local want
+    want=$(cat pyproject.toml requirements-lock.txt | sha256sum | cut -d' ' -f1)
+    if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+        "$VENV/bin/python" -m pip install -q --upgrade pip
+        "$VENV/bin/python" -m pip install -q -c requirements-lock.txt -e '.[dev,torch]'
+        echo "$want" > "$stamp"
+    fi
+}
+
+case "${1:-}" in
+    demo)
+        setup
+        exec "$VENV/bin/trainguard" --log-level WARNING demo "${@:2}"
+        ;;
+    test)
+        setup
+        "$VENV/bin/lint-imports"
+        exec "$VENV/bin/python" -m pytest "${@:2}"
+        ;;
+    bench)
+        setup
+        for script in bench/*.py; do
+            echo "== $script"
+            "$VENV/bin/python" "$script"
+        done
+        ;;
+    *)
+        echo "usage: ./dev.sh demo|test|bench [args]" >&2
+        exit 2
+        ;;
+esac

@@ -157,3 +157,15 @@ def test_same_error_and_failure_rate_limits():
                max_tolerated_failure_rate=0.5).action is Action.RESTART_INSTANCES
     # Sync peers die of the root failure: only the root counts.
     assert run(faults=two, max_tolerated_failure_rate=0.3).action is Action.RESTART_IN_PLACE
+
+
+def test_async_repeats_count_per_device_not_per_node():
+    ledger = (NodeFaultEntry("node-0", "TG-NCCL-ERROR", NOW - 20, device="rank-2"),
+              NodeFaultEntry("node-0", "TG-NCCL-ERROR", NOW - 10, device="rank-3"))
+    # Three different independent instances on one node: no escalation.
+    assert run(history=History(ledger=ledger), job_execution_mode="Async").action is Action.RESTART_INSTANCES
+    same = tuple(NodeFaultEntry("node-0", "TG-NCCL-ERROR", NOW - i, device="rank-1") for i in (20, 10))
+    decision = run(history=History(ledger=same), job_execution_mode="Async")
+    assert decision.action is Action.REPLACE_INSTANCES and decision.isolate == ("node-0",)
+    # Sync counts the node whichever rank failed first.
+    assert run(history=History(ledger=ledger)).action is Action.RESCHEDULE_ISOLATED

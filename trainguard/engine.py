@@ -239,7 +239,7 @@ class Supervisor:
         node = verdict.node or root.node
         if node is not None and root.source not in (ErrorSource.HANG, ErrorSource.EXIT_HANG):
             self.store.add_ledger(self.job_id, NodeFaultEntry(node, verdict.fault_code, root.detected_at,
-                                                              verdict.user_error))
+                                                              verdict.user_error, verdict.gpu or root.instance))
         stages["decide"] = self.clock.mono() - t
 
         if decision.action is Action.FAIL:

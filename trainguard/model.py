@@ -363,6 +363,7 @@ class NodeFaultEntry:
     fault_code: str
     at: float
     user_error: bool = False
+    device: str | None = None
 
 
 @dataclass(frozen=True)
@@ -391,11 +392,14 @@ class History:
             count += 1
         return count
 
-    def same_fault_on_node(self, node: str, fault_code: str, since: float) -> int:
-        """Consecutive ledger entries (newest first) of ``fault_code`` on ``node`` after ``since``."""
+    def same_fault_on_node(self, node: str, fault_code: str, since: float, device: str | None = None) -> int:
+        """Consecutive ledger entries (newest first) of ``fault_code`` on ``node`` after ``since``.
+
+        With ``device`` (a GPU or an instance), only that device's entries on the node count.
+        """
         count = 0
         for entry in reversed(self.ledger):
-            if entry.node != node or entry.at < since:
+            if entry.node != node or entry.at < since or (device is not None and entry.device != device):
                 continue
             if entry.fault_code != fault_code:
                 break

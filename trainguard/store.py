@@ -83,7 +83,8 @@ CREATE TABLE IF NOT EXISTS ledger (
     node TEXT NOT NULL,
     fault_code TEXT NOT NULL,
     at REAL NOT NULL,
-    user_error INTEGER NOT NULL
+    user_error INTEGER NOT NULL,
+    device TEXT
 );
 CREATE INDEX IF NOT EXISTS faults_job ON faults (job_id);
 CREATE INDEX IF NOT EXISTS events_job ON events (job_id);
@@ -229,8 +230,8 @@ class RunStore:
                   json.dumps(verdict.to_json()) if verdict else None))
 
     def add_ledger(self, job_id: str, entry: NodeFaultEntry) -> None:
-        self._tx("INSERT INTO ledger (job_id, node, fault_code, at, user_error) VALUES (?, ?, ?, ?, ?)",
-                 (job_id, entry.node, entry.fault_code, entry.at, int(entry.user_error)))
+        self._tx("INSERT INTO ledger (job_id, node, fault_code, at, user_error, device) VALUES (?, ?, ?, ?, ?, ?)",
+                 (job_id, entry.node, entry.fault_code, entry.at, int(entry.user_error), entry.device))
 
     def add_event(self, event: Event) -> None:
         self._tx("INSERT INTO events (job_id, type, at, round, rank, node, message, data) "
@@ -248,9 +249,10 @@ class RunStore:
     def history(self, job_id: str) -> History:
         """Everything a strategy may know, rebuilt from the database."""
         ledger = tuple(
-            NodeFaultEntry(node, code, at, bool(user))
-            for node, code, at, user in self._tx(
-                "SELECT node, fault_code, at, user_error FROM ledger WHERE job_id = ? ORDER BY id", (job_id,)))
+            NodeFaultEntry(node, code, at, bool(user), device)
+            for node, code, at, user, device in self._tx(
+                "SELECT node, fault_code, at, user_error, device FROM ledger WHERE job_id = ? ORDER BY id",
+                (job_id,)))
         counts = {
             (rank, code): n
             for rank, code, n in self._tx(

@@ -19,10 +19,10 @@ not retryable, OnFailure                unconditional restart; after
                                         ``max_consecutive_unconditional_restarts`` in a row
                                         with no node fault, fail as a user-code error
 Sync job, restarts disabled             fail (``--enable-job-restart=False``)
-node fault (or the same fault code on   isolate the node: Sync reschedules the job away
-the same node ``isolate_after_same_``   from it (or replaces only its ranks while
-``fault`` times within the window)      ``max_num_of_pod_restart`` allows); Async replaces
-                                        the failed instances; no spare capacity: fail for a
+node fault, or the same fault code     isolate the node: Sync reschedules the job away
+``isolate_after_same_fault`` times in   from it (or replaces only its ranks while
+a row within the window on the same     ``max_num_of_pod_restart`` allows); Async replaces
+node (Sync) or device (Async)           the failed instances; no spare capacity: fail for a
                                         node fault, restart the job for a repeated fault
 Async job                               restart the failed instances, free
 first occurrence on this node           restart in place, free (in-place recovery)
@@ -126,7 +126,11 @@ def trainguard_decide_recovery(
     repeats = 1
     if node is not None:
         since = root.detected_at - policy.isolate_window
-        repeats = history.same_fault_on_node(node, code, since) + 1
+        # Seed 002 counts repeats on the same chip. Async instances are independent, so count
+        # per device; in a Sync job the rank that fails first varies for one underlying fault,
+        # so the node is the unit.
+        device = (verdict.gpu or root.instance) if is_async else None
+        repeats = history.same_fault_on_node(node, code, since, device) + 1
     isolate_node = node is not None and not verdict.user_error and (
         verdict.node_fault or repeats >= policy.isolate_after_same_fault)
 

@@ -253,3 +253,21 @@ def test_fatal_signals_are_classified(run_job, signame):
     else:
         # SIGKILL with nothing in the log is most likely the OOM killer: no free retry.
         assert run.status is JobStatus.FAILED and run.report["failure"]["error_code"] == "TG-SIGKILL"
+
+
+def test_warm_standbys_take_over_restarted_ranks(run_job):
+    plan = [{"round": 0, "rank": 1, "do": "fail", "say": NCCL},
+            {"round": 1, "rank": 0, "do": "fail", "say": NCCL, "code": 3}]
+    run = run_job(plan, enable_job_restart=True, warm_standby=True, preload=["json"])
+    assert run.status is JobStatus.SUCCEEDED
+    assert run.actions == ["restart_in_place", "restart_job"]
+    by_round = {}
+    for start in run.starts:
+        by_round.setdefault(start["TRAINGUARD_RESTART_ROUND"], []).append(start)
+    assert not any("standby.py" in " ".join(s["cmdline"]) for s in by_round["0"]), "first start is cold"
+    for rnd in ("1", "2"):
+        assert all(s["cmdline"][1].endswith("standby.py") and s["cmdline"][2:] == ["json"] for s in by_round[rnd])
+        assert sorted(s["RANK"] for s in by_round[rnd]) == ["0", "1"]
+    assert "exited with code 3" in run.report["rounds"][1]["error_message"], "the script's exit code comes through"
+    assert [(s["TRAINGUARD_SCHEDULE_COUNT"], s["TRAINGUARD_PROC_START_COUNT"]) for s in run.starts_of(0)] == [
+        ("1", "1"), ("1", "2"), ("2", "1")]

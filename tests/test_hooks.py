@@ -225,3 +225,16 @@ def test_merge_takes_the_most_confident_verdict():
 
     host = PluginHost(load_entry_points=False, plugins={"sure": Sure()})
     assert host.classify(fault(), NCCL, Policy()).fault_code == "SITE-1"
+
+
+def test_a_malformed_plugin_pattern_is_one_clear_error():
+    from trainguard.model import LogPattern
+
+    class Broken:
+        @hookimpl
+        def trainguard_log_patterns(self):
+            return [LogPattern(id="broken", regex="(unclosed", category=Category.NCCL_ERROR, fault_code="X",
+                               retryable=True, source="broken-plugin")]
+
+    with pytest.raises(PluginError, match=r"log pattern 'broken' \(broken-plugin\): missing \)"):
+        PluginHost(load_entry_points=False, plugins={"broken": Broken()}).patterns()

@@ -116,6 +116,8 @@ class Supervisor:
         self.isolated = history.isolated_nodes
         self.restart_round = len(history.rounds)
         previous = self._install_signal_handlers()
+        # Load and validate the pattern catalog now, not during the first fault's round.
+        self.host.patterns()
         try:
             self._emit("job_resumed" if resumed else "job_started",
                        f"{' '.join(self.spec.command)} as {self.spec.nproc} rank(s) on {self.spec.nodes} node(s)")
@@ -124,10 +126,7 @@ class Supervisor:
                 return JobStatus.FAILED
             return self._loop()
         except SupervisorInterrupted as exc:
-            self._finish_failed(self._failure_record(
-                Fault(ErrorSource.EVENT, self.clock.wall(), message=str(exc)),
-                Decision(Action.FAIL, f"supervisor {exc}; resume with the same --job-id", consumes_budget=False),
-                error_code="TG-INTERRUPTED"))
+            self._give_up("TG-INTERRUPTED", f"supervisor {exc}; resume with the same --job-id", str(exc))
             raise
         finally:
             self._restore_signal_handlers(previous)
@@ -313,10 +312,7 @@ class Supervisor:
         try:
             placement = self.adapter.place(moving, current, self.isolated)
         except AdapterError as exc:
-            self._finish_failed(self._failure_record(
-                Fault(ErrorSource.EVENT, self.clock.wall(), message=str(exc)),
-                Decision(Action.FAIL, f"cannot place the job: {exc}", consumes_budget=False),
-                error_code="TG-NO-CAPACITY"))
+            self._give_up("TG-NO-CAPACITY", f"cannot place the job: {exc}", str(exc))
             return False
         if fresh_rendezvous:
             self.master = self.adapter.rendezvous()
@@ -335,10 +331,7 @@ class Supervisor:
         try:
             started = self.adapter.start(launches)
         except AdapterError as exc:
-            self._finish_failed(self._failure_record(
-                Fault(ErrorSource.EVENT, self.clock.wall(), message=str(exc)),
-                Decision(Action.FAIL, f"cannot start the job: {exc}", consumes_budget=False),
-                error_code="TG-START-FAILED"))
+            self._give_up("TG-START-FAILED", f"cannot start the job: {exc}", str(exc))
             return False
         self.instances.update(started)
         now = self.clock.wall()
@@ -386,6 +379,12 @@ class Supervisor:
             started_at=root.detected_at, result=RoundResult.FAILED, node=(verdict.node if verdict else None) or root.node,
             instance=root.instance, stages=dict(stages or {}), consumes_budget=False,
             user_error=bool(verdict and verdict.user_error), node_fault=bool(verdict and verdict.node_fault))
+
+    def _give_up(self, error_code: str, reason: str, message: str) -> None:
+        """Fail the job for a reason that is no instance's fault: capacity, start-up, a signal."""
+        self._finish_failed(self._failure_record(
+            Fault(ErrorSource.EVENT, self.clock.wall(), message=message),
+            Decision(Action.FAIL, reason, consumes_budget=False), error_code=error_code))
 
     def _finish_failed(self, failure: RoundRecord) -> None:
         self.store.finish_job(self.job_id, JobStatus.FAILED, failure)

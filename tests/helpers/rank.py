@@ -26,6 +26,9 @@ def main():
     node = os.environ["TRAINGUARD_NODE"]
     record = {k: os.environ.get(k) for k in ENV}
     record["pid"] = os.getpid()
+    with open("/proc/self/cmdline") as cmdline:
+        record["cmdline"] = cmdline.read().rstrip("\0").split("\0")
+    record["preloaded_json"] = "json" in sys.modules and "json" not in globals()
     with open(os.environ["TG_RECORD"], "a") as out:
         out.write(json.dumps(record) + "\n")
     print(f"rank {rank} round {rnd} on {node}", flush=True)

@@ -100,7 +100,9 @@ class LocalAdapter:
         self.nodes = tuple(f"node-{i}" for i in range(nodes))
         self.slots_per_node = slots_per_node
         self.log_dir = Path(log_dir)
-        self.base_env = dict(base_env if base_env is not None else os.environ)
+        # Standbys import modules before they know their rank: give them the job's own
+        # settings (OMP_NUM_THREADS, PYTHONPATH) at least.
+        self.base_env = {**(base_env if base_env is not None else os.environ), **spec.env}
         self.warm_standby = warm_standby
         self.preload = tuple(preload)
         self._procs: dict[int, _Process] = {}

@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import re
 from typing import Any, Callable, Iterator, Mapping
 
 import pluggy
@@ -140,7 +141,7 @@ class PluginHost:
         return self._adapters
 
     def patterns(self) -> tuple[LogPattern, ...]:
-        """Every plugin's log patterns, validated once: ids are unique."""
+        """Every plugin's log patterns, validated once: ids unique, regular expressions valid."""
         if self._patterns is None:
             seen: dict[str, LogPattern] = {}
             for batch in self._call("trainguard_log_patterns"):
@@ -149,6 +150,10 @@ class PluginHost:
                         raise PluginError(f"log pattern {pattern!r} is not a LogPattern")
                     if pattern.id in seen:
                         raise PluginError(f"log pattern id {pattern.id!r} is contributed twice")
+                    try:
+                        re.compile(pattern.regex, re.MULTILINE)
+                    except re.error as exc:
+                        raise PluginError(f"log pattern {pattern.id!r} ({pattern.source}): {exc}") from None
                     seen[pattern.id] = pattern
             self._patterns = tuple(seen.values())
         return self._patterns

@@ -55,7 +55,8 @@ def parse_catalog(data: Any, source: str) -> tuple[LogPattern, ...]:
 
 @lru_cache(maxsize=1)
 def builtin_patterns() -> tuple[LogPattern, ...]:
-    return parse_catalog(yaml.safe_load(CATALOG.read_text()), "builtin")
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return parse_catalog(yaml.load(CATALOG.read_text(), Loader=loader), "builtin")
 
 
 @hookimpl
@@ -93,21 +94,24 @@ class Catalog:
             found.append(Match(pattern, m.start(), line, node, gpu))
         return found
 
-    def best(self, text: str) -> Match | None:
-        """The root cause: highest priority, then the earliest position in the text."""
+    def verdict(self, text: str, classifier: str = "log_classifier") -> Verdict | None:
+        """The root cause (highest priority, then the earliest position in the text) as a verdict.
+
+        What the fault is and where it is may come from different lines: a node fault takes
+        the GPU or host from any other matching pattern when its own does not name one.
+        """
         candidates = self.matches(text)
         if not candidates:
             return None
-        return min(candidates, key=lambda m: (-m.pattern.priority, m.start))
-
-    def verdict(self, text: str, classifier: str = "log_classifier") -> Verdict | None:
-        match = self.best(text)
-        if match is None:
-            return None
+        match = min(candidates, key=lambda m: (-m.pattern.priority, m.start))
         p = match.pattern
+        node, gpu = match.node, match.gpu
+        if p.node_fault:
+            node = node or next((m.node for m in candidates if m.node and m.pattern.node_fault), None)
+            gpu = gpu or next((m.gpu for m in candidates if m.gpu), None)
         return Verdict(p.category, p.fault_code, retryable=p.retryable, node_fault=p.node_fault,
                        user_error=p.user_error, evidence=match.line[:500], confidence=p.confidence,
-                       node=match.node, gpu=match.gpu, classifier=f"{classifier}:{p.id}")
+                       node=node, gpu=gpu, classifier=f"{classifier}:{p.id}")
 
 
 _catalogs: dict[tuple[LogPattern, ...], Catalog] = {}

@@ -90,3 +90,57 @@ def test_node_and_gpu_are_named_when_the_log_says():
     slurm = "slurmstepd: error: *** JOB 42 ON gpu-node-7 CANCELLED AT 2024-01-01T00:00:00 DUE TO NODE FAILURE ***\n"
     verdict = classify(slurm)
     assert verdict.category.value == "node_or_infra" and verdict.node_fault
+
+
+def test_every_fault_code_is_documented():
+    from conftest import REPO
+
+    doc = (REPO / "docs" / "fault-codes.md").read_text()
+    for pattern in HOST.patterns():
+        row = f"| {pattern.fault_code} | {pattern.category.value} | {'yes' if pattern.retryable else 'no'} |"
+        assert row in doc, f"{pattern.id}: {pattern.fault_code} is not documented as {row}"
+
+
+def test_scheduler_events_are_classified_by_their_reason():
+    def event(message):
+        return HOST.classify(Fault(ErrorSource.EVENT, time.time(), rank=0, node="gpu-7", message=message), "",
+                             Policy())
+
+    not_ready = event("NodeNotReady: Node gpu-7 status is now: NodeNotReady")
+    assert (not_ready.category.value, not_ready.node_fault, not_ready.retryable) == ("node_or_infra", True, True)
+    evicted = event("Evicted: The node was low on resource: memory.")
+    assert evicted.category.value == "host_oom" and evicted.retryable
+    deleted = event("pod force-deleted by the node lifecycle controller")
+    assert deleted.fault_code == "TG-NODE-EVENT"
+
+
+def test_literal_prefilter_is_sound():
+    """Skipping a pattern whose literals are absent must never hide a match."""
+    import re
+
+    from trainguard.plugins.log_classifier import _ASCII_LOWER, lowercase_regex, required_literals
+
+    texts = [row["text"] for row in ROWS] + ["NVRM: Xid (PCI:0000:3b:00): 79", "pod was force-deleted",
+                                             "Killed", "loss: nan", "x (y) z"]
+    for pattern in HOST.patterns():
+        lowered = pattern.regex.startswith("(?i)")
+        regex = lowercase_regex(pattern.regex) if lowered else pattern.regex
+        literals = required_literals(regex)
+        compiled = re.compile(regex, re.MULTILINE)
+        for text in texts:
+            haystack = text.translate(_ASCII_LOWER) if lowered else text
+            if literals is not None and compiled.search(haystack):
+                assert any(lit in haystack for lit in literals), (pattern.id, literals)
+
+
+@pytest.mark.parametrize("regex,literals", [
+    (r"abc(?:\(def\))?ghi|xyz+w", ("abc", "xyz")),
+    (r"colou?r scheme", ("r scheme",)),
+    (r"NVRM: Xid \((?:PCI:)?x", ("NVRM: Xid (",)),
+    (r"a|bcd", None),
+    (r"force[- ]deleted", ("deleted",)),
+])
+def test_required_literals(regex, literals):
+    from trainguard.plugins.log_classifier import required_literals
+
+    assert required_literals(regex) == literals

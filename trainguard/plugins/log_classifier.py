@@ -1,4 +1,4 @@
-"""Classify a fault by the tail of the failed instance's log.
+"""Classify a fault by the tail of the failed instance's log (and a scheduler event's reason).
 
 Patterns come from the catalog ``patterns.yaml`` beside this module (documented there) and from
 any plugin implementing ``trainguard_log_patterns``. The root cause wins over cascades: of all
@@ -73,24 +73,137 @@ class Match:
     gpu: str | None
 
 
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def lowercase_regex(regex: str) -> str:
+    """Rewrite a case-insensitive regex to match ASCII-lowered text case-sensitively.
+
+    Python's ``re`` is several times slower with IGNORECASE, so ``(?i)`` patterns are searched
+    in a lowered copy of the text instead. Literal letters are lowered; escapes (``\\S``,
+    ``\\d``), group names and backreferences are kept as written.
+    """
+    body = regex[4:] if regex.startswith("(?i)") else regex
+    out: list[str] = []
+    i = 0
+    while i < len(body):
+        if body[i] == "\\":
+            out.append(body[i: i + 2])
+            i += 2
+        elif body.startswith("(?P<", i) or body.startswith("(?P=", i):
+            end = body.index(">" if body[i + 3] == "<" else ")", i)
+            out.append(body[i: end + 1])
+            i = end + 1
+        else:
+            out.append(body[i].lower())
+            i += 1
+    return "".join(out)
+
+
+_META = set(".^$*+?{}[]|()")
+
+
+def _alternatives(regex: str) -> list[str]:
+    """Split a regex at its top-level ``|``."""
+    parts, depth, in_class, start, i = [], 0, False, 0, 0
+    while i < len(regex):
+        c = regex[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            parts.append(regex[start:i])
+            start = i + 1
+        i += 1
+    parts.append(regex[start:])
+    return parts
+
+
+def _mandatory_literal(alternative: str) -> str:
+    """The longest run of literal characters every match of ``alternative`` must contain."""
+    runs, run, depth, in_class, i = [], "", 0, False, 0
+    while i < len(alternative):
+        c = alternative[i]
+        nxt = alternative[i + 1] if i + 1 < len(alternative) else ""
+        if in_class:
+            in_class = c != "]"
+            i += 1 if c != "\\" else 2
+            continue
+        if c == "\\":
+            literal = nxt if nxt and not nxt.isalnum() and not depth else None
+            step = 2
+        elif c in _META or depth:
+            literal, step = None, 1
+            if c == "[":
+                in_class = True
+            depth += (c == "(") - (c == ")")
+        else:
+            literal, step = c, 1
+        follower = alternative[i + step] if i + step < len(alternative) else ""
+        if literal is None:
+            runs.append(run)
+            run = ""
+        elif follower in ("?", "*", "{"):
+            runs.append(run)  # the quantified character is optional
+            run = ""
+        else:
+            run += literal
+            if follower == "+":
+                runs.append(run)
+                run = ""
+        i += step
+    runs.append(run)
+    return max(runs, key=len)
+
+
+def required_literals(regex: str, minimum: int = 3) -> tuple[str, ...] | None:
+    """Literals of which every match contains at least one, or None if no such set is known.
+
+    A sound prefilter: a text holding none of them cannot match, so the regex is skipped.
+    """
+    literals = []
+    for alternative in _alternatives(regex):
+        literal = _mandatory_literal(alternative)
+        if len(literal) < minimum:
+            return None
+        literals.append(literal)
+    return tuple(dict.fromkeys(literals))
+
+
 class Catalog:
     """Compiled patterns, matched against a log tail in one pass per pattern."""
 
     def __init__(self, patterns: Iterable[LogPattern]) -> None:
         self.patterns = tuple(patterns)
-        self._compiled = [(p, re.compile(p.regex, re.MULTILINE)) for p in self.patterns]
+        self._compiled = []
+        for p in self.patterns:
+            lowered = p.regex.startswith("(?i)")
+            regex = lowercase_regex(p.regex) if lowered else p.regex
+            self._compiled.append((p, re.compile(regex, re.MULTILINE), lowered, required_literals(regex)))
 
     def matches(self, text: str) -> list[Match]:
         found = []
-        for pattern, regex in self._compiled:
-            m = regex.search(text)
+        lowered_text = text.translate(_ASCII_LOWER)  # same length: spans index the original
+        for pattern, regex, lowered, literals in self._compiled:
+            haystack = lowered_text if lowered else text
+            if literals is not None and not any(literal in haystack for literal in literals):
+                continue
+            m = regex.search(haystack)
             if m is None:
                 continue
             start = text.rfind("\n", 0, m.start()) + 1
             end = text.find("\n", m.end())
             line = text[start: end if end >= 0 else len(text)].strip()
-            node = m.group(pattern.node_group) if pattern.node_group else None
-            gpu = m.group(pattern.gpu_group) if pattern.gpu_group else None
+            node = _group(text, m, pattern.node_group)
+            gpu = _group(text, m, pattern.gpu_group)
             found.append(Match(pattern, m.start(), line, node, gpu))
         return found
 
@@ -112,6 +225,14 @@ class Catalog:
         return Verdict(p.category, p.fault_code, retryable=p.retryable, node_fault=p.node_fault,
                        user_error=p.user_error, evidence=match.line[:500], confidence=p.confidence,
                        node=node, gpu=gpu, classifier=f"{classifier}:{p.id}")
+
+
+def _group(text: str, match: re.Match[str], name: str | None) -> str | None:
+    """A named group's text, taken from the original (not lowered) text."""
+    if not name or match.group(name) is None:
+        return None
+    begin, end = match.span(name)
+    return text[begin:end]
 
 
 _catalogs: dict[tuple[LogPattern, ...], Catalog] = {}
@@ -143,6 +264,10 @@ def trainguard_classify_fault(fault: Fault, log_tail: str, policy: Policy,
                               patterns: tuple[LogPattern, ...]) -> Verdict | None:
     if fault.source in (ErrorSource.HANG, ErrorSource.EXIT_HANG):
         return None
+    if fault.source is ErrorSource.EVENT and fault.message:
+        # A scheduler event's reason ("NodeNotReady", "Evicted: ...") is read like a log line,
+        # after the tail, so it is the latest evidence.
+        log_tail = f"{log_tail}\n{fault.message}" if log_tail else fault.message
     verdict = catalog_for(patterns).verdict(log_tail) if log_tail else None
     line = keyword_line(log_tail, policy.retryable_errors) if policy.retryable_errors else None
     if line is None:

@@ -19,6 +19,7 @@ from typing import Any, NoReturn, Sequence
 from rich.console import Console
 from rich.table import Table
 
+from trainguard.detectors import advise_hang_interval
 from trainguard.engine import SupervisorInterrupted, supervise
 from trainguard.errors import PolicyError, TrainguardError
 from trainguard.hooks import PluginHost
@@ -26,6 +27,8 @@ from trainguard.logtail import read_tail
 from trainguard.model import ErrorSource, Fault, JobSpec, JobStatus
 from trainguard.render import print_report, console_for
 from trainguard.policy import BOOLEAN_PARAMETERS, PARSERS, build_policy, flag, load_policy_file, parse_aimaster_args
+from trainguard.plugins.notifiers import WebhookNotifier
+from trainguard.stacks import format_groups
 from trainguard.store import RunStore, default_state_dir
 
 _REPEATED = {"retryable_errors": "--retryable-error", "preload": "--preload"}
@@ -68,12 +71,20 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--aimaster-args", default=None, metavar="STRING",
                      help='AIMaster-style arguments, e.g. "--job-execution-mode=Sync --enable-job-restart=True"')
     run.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
+    run.add_argument("--notify-webhook", action="append", default=[], metavar="URL",
+                     help="POST every event as JSON to URL (repeatable)")
     _add_policy_flags(run)
 
     history = sub.add_parser("history", help="show a job's restart records (all jobs without JOB_ID)")
     history.add_argument("job_id", nargs="?")
     history.add_argument("--state-dir", default=None)
     history.add_argument("--json", action="store_true")
+
+    stacks = sub.add_parser("stacks", help="show the call stacks captured when a job hung")
+    stacks.add_argument("job_id")
+    stacks.add_argument("--round", type=int, default=None, help="only this round")
+    stacks.add_argument("--state-dir", default=None)
+    stacks.add_argument("--json", action="store_true")
 
     classify = sub.add_parser("classify", help="classify a failure log")
     classify.add_argument("logfile")
@@ -108,6 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _history(args, console)
         if args.cmd == "classify":
             return _classify(args, console)
+        if args.cmd == "stacks":
+            return _stacks(args, console)
         from trainguard.demo.run import run_demo
 
         return run_demo(state_dir=args.state_dir, steps=args.steps, console=console)
@@ -164,7 +177,13 @@ def _run(args: argparse.Namespace, command: list[str], console: Console) -> int:
     state_dir = Path(args.state_dir) if args.state_dir else default_state_dir()
     console.print(f"[bold]trainguard[/] job [cyan]{job_id}[/]: {' '.join(command)} "
                   f"({spec.nproc} rank(s), {spec.nodes} node(s)); history in {state_dir}")
-    status = supervise(spec, policy, state_dir=state_dir, adapter=args.adapter, events_file=args.events_file)
+    try:
+        webhooks = {f"webhook-{i}": WebhookNotifier(url) for i, url in enumerate(args.notify_webhook)}
+    except ValueError as exc:
+        raise PolicyError("--notify-webhook", str(exc)) from None
+    host = PluginHost(plugins=webhooks)
+    status = supervise(spec, policy, state_dir=state_dir, adapter=args.adapter, events_file=args.events_file,
+                       host=host)
     store = RunStore(state_dir)
     try:
         print_report(store.report(job_id), console)
@@ -173,11 +192,36 @@ def _run(args: argparse.Namespace, command: list[str], console: Console) -> int:
     return 0 if status is JobStatus.SUCCEEDED else 1
 
 
-def _history(args: argparse.Namespace, console: Console) -> int:
-    state_dir = Path(args.state_dir) if args.state_dir else default_state_dir()
+def _open_store(state_dir_arg: str | None) -> RunStore:
+    state_dir = Path(state_dir_arg) if state_dir_arg else default_state_dir()
     if not (state_dir / RunStore.FILENAME).exists():
         raise TrainguardError(f"no run history in {state_dir} (use --state-dir)")
-    store = RunStore(state_dir)
+    return RunStore(state_dir)
+
+
+def _stacks(args: argparse.Namespace, console: Console) -> int:
+    store = _open_store(args.state_dir)
+    try:
+        report = store.report(args.job_id)
+    finally:
+        store.close()
+    records = [r for r in [*report["rounds"], report.get("failure")] if r and "stacks" in r]
+    if args.round is not None:
+        records = [r for r in records if r["round"] == args.round]
+    if args.json:
+        print(json.dumps([{"round": r["round"], "stacks": r["stacks"]} for r in records], indent=2))
+        return 0
+    if not records:
+        console.print(f"job {args.job_id}: no hang round with stacks")
+        return 0
+    for r in records:
+        console.print(f"[bold]round {r['round']}[/] ({r['error_source']}, {r['started_at']}): {r['error_message']}")
+        console.print(format_groups(r["stacks"]) or "  (no Python stacks could be read)", markup=False)
+    return 0
+
+
+def _history(args: argparse.Namespace, console: Console) -> int:
+    store = _open_store(args.state_dir)
     try:
         if args.job_id is None:
             reports = [store.report(job_id) for job_id in store.job_ids()]
@@ -221,7 +265,8 @@ def _classify(args: argparse.Namespace, console: Console) -> int:
     source = ErrorSource.EXIT_CODE if args.exit_code is not None or signum else ErrorSource.LOG
     fault = Fault(source, time.time(), exit_code=args.exit_code, signal=signum, log_path=str(path),
                   message=f"{path.name}")
-    verdict = PluginHost().classify(fault, read_tail(path, policy.log_tail_bytes), policy)
+    tail = read_tail(path, policy.log_tail_bytes)
+    verdict = PluginHost().classify(fault, tail, policy)
     if args.json:
         print(json.dumps(verdict.to_json(), indent=2))
         return 0
@@ -229,6 +274,10 @@ def _classify(args: argparse.Namespace, console: Console) -> int:
     console.print(f"  retryable: {verdict.retryable}   node fault: {verdict.node_fault}"
                   f"{' (' + verdict.node + ')' if verdict.node else ''}   user error: {verdict.user_error}")
     console.print(f"  evidence: {verdict.evidence or '-'}")
+    advice = advise_hang_interval(tail)
+    if advice:
+        console.print(f"  advice: the collective timeout is {advice[0]:g} s; set --job-hang-interval to about "
+                      f"{advice[1]:g} s so hangs are caught (with stacks) before the watchdog kills the job")
     return 0
 
 

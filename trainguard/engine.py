@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from trainguard.adapters import Adapter, Exit, Launch
-from trainguard.detectors import ExitHangDetector, HangDetector
+from trainguard.detectors import ExitHangDetector, HangDetector, SlowRankDetector, advise_hang_interval
 from trainguard.errors import AdapterError, TrainguardError
 from trainguard.hooks import PluginHost
 from trainguard.model import (
@@ -43,6 +43,7 @@ from trainguard.model import (
     Verdict,
 )
 from trainguard.policy import Policy
+from trainguard.stacks import group_stacks
 from trainguard.store import RunStore
 
 log = logging.getLogger(__name__)
@@ -94,8 +95,15 @@ class Supervisor:
         self.isolated: frozenset[str] = frozenset()
         self.restart_round = 0
         self.master: tuple[str, int] = ("127.0.0.1", 0)
-        self.hang = HangDetector(policy.job_hang_interval)
+        self.hang = HangDetector(policy.job_hang_interval if policy.enable_job_hang_detection else None)
         self.exit_hang = ExitHangDetector(policy.job_exit_hang_interval)
+        self.slow = SlowRankDetector(policy.slow_rank_factor, policy.slow_rank_window)
+        # What the ranks' SDKs said: last record time, hang interval and stage per rank.
+        self.sdk_progress: dict[int, float] = {}
+        self.hang_overrides: dict[int, float | None] = {}
+        self.stages: dict[int, str | None] = {}
+        self.runtime_retryable: tuple[str, ...] = ()
+        self._advised = False
         self._pending_signal: int | None = None
         self._in_wait = False
         self._sync = policy.job_execution_mode is ExecutionMode.SYNC
@@ -137,6 +145,7 @@ class Supervisor:
             self._check_signal()
             exits = self._wait(self._timeout())
             failures = [fault for fault in map(self._on_exit, exits) if fault is not None]
+            failures += [fault for fault in self._read_sdk() if fault is not None]
             if failures:
                 if not self._recover(self._gather(failures)):
                     return JobStatus.FAILED
@@ -155,20 +164,55 @@ class Supervisor:
         return max(0.0, min([_IDLE_TICK, *(d - now for d in deadlines)]))
 
     def _hang_deadline(self) -> float | None:
-        if not (self._sync and self.policy.enable_job_hang_detection):
+        if not self._sync or not self.adapter.running():
             return None
-        return self.hang.deadline(self._outputs())
+        return self.hang.deadline(self._progress(), self.hang_overrides)
 
     def _exit_hang_deadline(self) -> float | None:
         if not (self._sync and self.policy.enable_job_exit_hang_detection):
             return None
         return self.exit_hang.deadline()
 
-    def _outputs(self) -> dict[int, float | None]:
-        """Last output of every rank of the current incarnation, finished ones included."""
-        if not self.adapter.running():
-            return {}
-        return {rank: self.adapter.last_output(rank) for rank in range(self.spec.nproc)}
+    def _progress(self) -> dict[int, float | None]:
+        """Last sign of life (log output or SDK record) of every rank, finished ones included."""
+        out: dict[int, float | None] = {}
+        for rank in range(self.spec.nproc):
+            marks = [t for t in (self.adapter.last_output(rank), self.sdk_progress.get(rank)) if t is not None]
+            out[rank] = max(marks) if marks else None
+        return out
+
+    def _read_sdk(self) -> list[Fault | None]:
+        return [self._on_sdk(rank, record) for rank, record in self.adapter.sdk_records()]
+
+    def _on_sdk(self, rank: int, record: Mapping[str, Any]) -> Fault | None:
+        """Apply one SDK record (format in :mod:`trainguard.sdk`); a slow node may become a fault."""
+        at = float(record.get("t") or self.clock.wall())
+        self.sdk_progress[rank] = max(at, self.sdk_progress.get(rank, 0.0))
+        kind = record.get("type")
+        node = self.instances[rank].node if rank in self.instances else None
+        if kind == "config":
+            interval = record.get("job_hang_interval")
+            self.hang_overrides[rank] = float(interval) if isinstance(interval, (int, float)) else None
+            self.stages[rank] = record.get("stage")
+        elif kind == "message":
+            self._emit("sdk_message", str(record.get("content", "")), round_no=self.restart_round, rank=rank,
+                       node=node, data={"content": record.get("content")})
+        elif kind == "retryable_errors":
+            errors = [str(e) for e in record.get("errors") or [] if str(e).strip()]
+            self.runtime_retryable = tuple(dict.fromkeys((*self.runtime_retryable, *errors)))
+            self._emit("sdk_retryable_errors", ", ".join(errors), rank=rank, data={"errors": errors})
+        elif kind == "step":
+            metrics = record.get("metrics") or {}
+            step_time = metrics.get("step_time") if isinstance(metrics, dict) else None
+            slow = self.slow.step(rank, at, float(step_time) if isinstance(step_time, (int, float)) else None)
+            if slow is not None:
+                message = (f"rank {rank} on {node} is persistently slow: step {slow[0]:.3f} s vs peers' median "
+                           f"{slow[1]:.3f} s (x{self.policy.slow_rank_factor:g} for {self.policy.slow_rank_window} steps)")
+                self._emit("rank_slow", message, round_no=self.restart_round, rank=rank, node=node,
+                           data={"step_time": slow[0], "median": slow[1]})
+                if self.policy.isolate_slow_nodes:
+                    return Fault(ErrorSource.SDK, at, rank=rank, node=node, message=message)
+        return None
 
     def _detect(self) -> Fault | None:
         now = self.clock.wall()
@@ -176,8 +220,8 @@ class Supervisor:
             fault = self.exit_hang.check(now, self.adapter.running())
             if fault is not None:
                 return fault
-        if self._sync and self.policy.enable_job_hang_detection:
-            return self.hang.check(now, self._outputs())
+        if self._sync and self.adapter.running():
+            return self.hang.check(now, self._progress(), self.hang_overrides, self.stages)
         return None
 
     def _wait(self, timeout: float) -> list[Exit]:
@@ -224,7 +268,19 @@ class Supervisor:
                    data={"source": root.source.value, "exit_code": root.exit_code})
 
         tail = self.adapter.log_tail(root.rank, self.policy.log_tail_bytes) if root.rank is not None else ""
-        verdict = self.host.classify(root, tail, self.policy)
+        policy = self.policy
+        if self.runtime_retryable:
+            policy = policy.replace(retryable_errors=(*policy.retryable_errors, *self.runtime_retryable))
+        verdict = self.host.classify(root, tail, policy)
+        self._advise(tail)
+        stacks: tuple[dict[str, Any], ...] = ()
+        if root.source in (ErrorSource.HANG, ErrorSource.EXIT_HANG) and self.policy.enable_stack_snapshots:
+            stacks = tuple(group_stacks(self.adapter.stacks(sorted(self.adapter.running()),
+                                                            self.policy.stack_snapshot_timeout)))
+            suspects = [g["ranks"] for g in stacks if g["suspect"]]
+            self._emit("stacks_captured", f"{len(stacks)} distinct stack(s); likely culprits: rank(s) "
+                       f"{sorted({r for ranks in suspects for r in ranks}) or 'none singled out'}",
+                       data={"groups": len(stacks)})
         counted = incident.faults if not self._sync else (root,)
         history = self.store.history(self.job_id)
         for fault in incident.faults:
@@ -245,7 +301,8 @@ class Supervisor:
             t = self.clock.mono()
             self._stop(list(self.adapter.running()), incident)
             stages["stop"] = self.clock.mono() - t
-            self._finish_failed(self._failure_record(root, decision, verdict=verdict, stages=stages))
+            self._finish_failed(replace(self._failure_record(root, decision, verdict=verdict, stages=stages),
+                                        stacks=stacks))
             return False
 
         self.restart_round += 1
@@ -255,7 +312,8 @@ class Supervisor:
             error_source=root.source, action=decision.action, started_at=root.detected_at,
             node=node, instance=root.instance, ranks=incident.failed_ranks, stages=dict(stages),
             consumes_budget=decision.consumes_budget, unconditional=decision.unconditional,
-            user_error=verdict.user_error, node_fault=verdict.node_fault, isolated=decision.isolate)
+            user_error=verdict.user_error, node_fault=verdict.node_fault, isolated=decision.isolate,
+            stacks=stacks)
         self.store.save_round(record)
         self._emit("round_started", f"round {record.round}: {decision.action.value} ({decision.reason})",
                    round_no=record.round, rank=root.rank, node=node,
@@ -328,6 +386,11 @@ class Supervisor:
             env = self._env(instance, round_no, placement, node_order)
             launches.append(Launch(instance, self.spec.command, env, self.spec.cwd, round_no))
             self.succeeded.discard(rank)
+            # A new process states its own stage and interval.
+            for state in (self.sdk_progress, self.hang_overrides, self.stages):
+                state.pop(rank, None)
+        if len(ranks) == self.spec.nproc:
+            self.slow.reset()
         try:
             started = self.adapter.start(launches)
         except AdapterError as exc:
@@ -379,6 +442,19 @@ class Supervisor:
             started_at=root.detected_at, result=RoundResult.FAILED, node=(verdict.node if verdict else None) or root.node,
             instance=root.instance, stages=dict(stages or {}), consumes_budget=False,
             user_error=bool(verdict and verdict.user_error), node_fault=bool(verdict and verdict.node_fault))
+
+    def _advise(self, tail: str) -> None:
+        """Once per job: the hang interval a collective timeout in the log calls for (seed 000)."""
+        advice = advise_hang_interval(tail) if not self._advised else None
+        if advice is None:
+            return
+        self._advised = True
+        timeout, interval = advice
+        current = f"{self.policy.job_hang_interval:g} s" if self.policy.enable_job_hang_detection else "off"
+        self._emit("hang_interval_advice",
+                   f"the collective timeout is {timeout:g} s: set --job-hang-interval to about {interval:g} s "
+                   f"(150-200 s below it; now {current}) so hangs are caught, with stacks, before the watchdog "
+                   "kills the job", data={"collective_timeout": timeout, "advised_interval": interval})
 
     def _give_up(self, error_code: str, reason: str, message: str) -> None:
         """Fail the job for a reason that is no instance's fault: capacity, start-up, a signal."""

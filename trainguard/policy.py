@@ -113,6 +113,12 @@ class Policy:
     max_consecutive_unconditional_restarts: int = 3
     isolate_after_same_fault: int = 3
     isolate_window: float = 86400
+    # Diagnosis: stacks of hung ranks, slow ranks.
+    enable_stack_snapshots: bool = True
+    stack_snapshot_timeout: float = 10
+    slow_rank_factor: float = 2.0
+    slow_rank_window: int = 5
+    isolate_slow_nodes: bool = False
     # Engine mechanics.
     stop_grace_period: float = 10
     failure_window: float = 0.25
@@ -155,6 +161,11 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "max_consecutive_unconditional_restarts": _non_negative_int,
     "isolate_after_same_fault": _positive(int),
     "isolate_window": _positive(float),
+    "enable_stack_snapshots": _parse_bool,
+    "stack_snapshot_timeout": _positive(float),
+    "slow_rank_factor": _positive(float),
+    "slow_rank_window": _positive(int),
+    "isolate_slow_nodes": _parse_bool,
     "stop_grace_period": _positive(float),
     "failure_window": _positive(float),
     "log_tail_bytes": _positive(int),

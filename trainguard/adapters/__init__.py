@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Mapping, Protocol, Sequence
 
 from trainguard.model import Capacity, Instance
+from trainguard.stacks import ThreadStack
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,15 @@ class Adapter(Protocol):
 
     def last_output(self, rank: int) -> float | None:
         """When the rank's current log last grew (epoch seconds), running or not; None if unknown."""
+
+    def sdk_records(self) -> list[tuple[int, dict]]:
+        """SDK records (see :mod:`trainguard.sdk`) written since the last call, with their rank.
+
+        ``wait`` returns early when records arrive, so they are handled as promptly as exits.
+        """
+
+    def stacks(self, ranks: Sequence[int], timeout: float) -> list[ThreadStack]:
+        """Python stacks of every thread of the ranks' processes, taken in parallel."""
 
     def log_tail(self, rank: int, nbytes: int) -> str:
         """The last ``nbytes`` of the rank's current log, decoded, starting at a whole line."""

@@ -29,15 +29,19 @@ from dataclasses import replace
 from typing import Mapping, Sequence
 
 from trainguard.adapters import Exit, Launch
+from trainguard.adapters.inotify import DirectoryWatch
 from trainguard.errors import AdapterError
 from trainguard.logtail import read_tail
 from trainguard.model import Capacity, Instance, JobSpec
 from trainguard.policy import Policy
+from trainguard.sdk import CHANNEL_VAR
+from trainguard.stacks import ThreadStack, parse_py_spy
 
 log = logging.getLogger(__name__)
 
 _PYTHON = re.compile(r"^python[0-9.]*$")
 _HERE = Path(__file__).parent
+_SDK = "sdk-channel"
 
 
 def free_port() -> int:
@@ -61,6 +65,57 @@ def python_entry(command: Sequence[str]) -> tuple[str, list[str], bool] | None:
     if rest[0].startswith("-"):
         return None
     return interpreter, rest, False
+
+
+class _Channel:
+    """One rank's SDK channel file and how far it has been read."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.partial = b""
+
+    def read(self) -> list[dict]:
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self.offset)
+                data = handle.read()
+        except FileNotFoundError:
+            return []
+        self.offset += len(data)
+        lines = (self.partial + data).split(b"\n")
+        self.partial = lines.pop()
+        records = []
+        for line in lines:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                log.warning("ignoring a malformed SDK record in %s: %r", self.path, line[:200])
+                continue
+            if isinstance(record, dict):
+                records.append(record)
+        return records
+
+
+def _group_pids(pgid: int) -> list[int]:
+    """Every process in a process group (the rank and what it started)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            pids.append(int(entry))
+    return sorted(pids)
+
+
+def _py_spy() -> str | None:
+    beside = Path(sys.executable).with_name("py-spy")
+    return str(beside) if beside.exists() else shutil.which("py-spy")
 
 
 class _Process:
@@ -111,6 +166,16 @@ class LocalAdapter:
         self._standbys: list[subprocess.Popen[bytes]] = []
         self._standby_key: tuple[str, ...] | None = None
         self._closed = False
+        self.sdk_dir = self.log_dir.parent / "sdk"
+        self.sdk_dir.mkdir(parents=True, exist_ok=True)
+        self._channels: dict[int, _Channel] = {}
+        self._sdk_pending = True
+        try:
+            self._watch: DirectoryWatch | None = DirectoryWatch(str(self.sdk_dir))
+            self._selector.register(self._watch.fd, selectors.EVENT_READ, _SDK)
+        except OSError as exc:
+            log.warning("[%s] no inotify (%s): SDK records are read every loop tick", job_id, exc)
+            self._watch = None
         self._guardian = subprocess.Popen(
             [sys.executable, "-S", str(_HERE / "guardian.py"), str(guardian_grace)],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -153,6 +218,9 @@ class LocalAdapter:
                 raise AdapterError(self.name, f"rank {rank} is still running")
             log_path = self.log_path(rank, launch.restart_round)
             log_path.parent.mkdir(parents=True, exist_ok=True)
+            channel = self.sdk_dir / f"rank-{rank}.round-{launch.restart_round}.jsonl"
+            self._channels[rank] = _Channel(channel)
+            launch = replace(launch, env={**launch.env, CHANNEL_VAR: str(channel)})
             popen = self._take_standby(launch, log_path) or self._spawn(launch, log_path)
             proc = _Process(rank, popen, str(log_path))
             self._procs[rank] = proc
@@ -208,6 +276,35 @@ class LocalAdapter:
                 self._guard(f"+{standby.pid}")
                 self._standbys.append(standby)
 
+    def sdk_records(self) -> list[tuple[int, dict]]:
+        if self._watch is not None and not self._sdk_pending:
+            return []
+        self._sdk_pending = False
+        return [(rank, record) for rank, channel in self._channels.items() for record in channel.read()]
+
+    def stacks(self, ranks: Sequence[int], timeout: float) -> list[ThreadStack]:
+        tool = _py_spy()
+        if tool is None:
+            log.warning("[%s] py-spy is not installed: no stack snapshots", self.job_id)
+            return []
+        targets = [(rank, pid) for rank in ranks if rank in self._procs for pid in _group_pids(self._procs[rank].pid)]
+        # All at once: a snapshot of 8 ranks costs about what one does.
+        running = [(rank, pid, subprocess.Popen([tool, "dump", "--nonblocking", "--pid", str(pid)],
+                                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
+                   for rank, pid in targets]
+        deadline = time.monotonic() + timeout
+        threads: list[ThreadStack] = []
+        for rank, pid, proc in running:
+            try:
+                out, _ = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+                log.warning("[%s] py-spy timed out on rank %s (pid %s)", self.job_id, rank, pid)
+                continue
+            threads.extend(parse_py_spy(rank, pid, out))
+        return threads
+
     def wait(self, timeout: float) -> list[Exit]:
         if not self._procs:
             time.sleep(max(0.0, timeout))
@@ -215,6 +312,11 @@ class LocalAdapter:
         ready = self._selector.select(timeout=max(0.0, timeout))
         exits = []
         for key, _ in ready:
+            if key.data == _SDK:
+                assert self._watch is not None
+                self._watch.drain()
+                self._sdk_pending = True
+                continue
             exit_ = self._reap(key.data)
             if exit_ is not None:
                 exits.append(exit_)
@@ -303,6 +405,8 @@ class LocalAdapter:
             standby.wait()
         self._standbys.clear()
         self._selector.close()
+        if self._watch is not None:
+            self._watch.close()
         if self._guardian.stdin is not None:
             self._guardian.stdin.close()
         self._guardian.wait()

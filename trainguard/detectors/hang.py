@@ -1,39 +1,68 @@
-"""Hang detection by log progress: every running instance silent for the interval is a hang.
+"""Hang detection by progress: the job is hung when every instance is silent past its interval.
 
 AIMaster restarts a job when "the stdout and stderr logs of all instances are not updated
-within" ``--job-hang-interval``. One chatty rank is enough to show progress, so the job is
-hung only when the newest output of any instance is older than the interval. The clock starts
-again at every (re)start, so slow start-up is not a hang until the interval has passed.
+within" ``--job-hang-interval``. Progress is a rank's log growing or any record from its SDK
+(heartbeats, steps), so a quiet rank that reports steps is alive. With staged detection an
+instance's interval comes from its own code (``monitor.hang_detect(180)``): each instance is
+judged against its own interval, and an instance at -1 (detection off in this stage) keeps the
+job from being called hung. The clock starts again at every (re)start.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Mapping
 
 from trainguard.model import ErrorSource, Fault
 
+_NCCL_TIMEOUT = re.compile(r"Timeout\(ms\)=(\d+)")
+
 
 class HangDetector:
-    def __init__(self, interval: float) -> None:
+    """``interval`` is the job's (None when the policy leaves detection off)."""
+
+    def __init__(self, interval: float | None) -> None:
         self.interval = interval
         self.since = 0.0
 
     def reset(self, now: float) -> None:
         self.since = now
 
-    def last_progress(self, outputs: Mapping[int, float | None]) -> float:
-        return max([self.since, *(t for t in outputs.values() if t is not None)])
+    def intervals(self, ranks: Mapping[int, object], overrides: Mapping[int, float | None]) -> dict[int, float | None]:
+        """Each rank's interval: its own from the SDK, else the job's; None or -1: not watched."""
+        return {rank: overrides[rank] if overrides.get(rank) is not None else self.interval for rank in ranks}
 
-    def deadline(self, outputs: Mapping[int, float | None]) -> float:
-        """When the job becomes hung if nothing is written before then."""
-        return self.last_progress(outputs) + self.interval
+    def deadline(self, progress: Mapping[int, float | None],
+                 overrides: Mapping[int, float | None]) -> float | None:
+        """When the job becomes hung if no rank makes progress before then; None: never."""
+        limits = self.intervals(progress, overrides)
+        if not limits or any(limit is None or limit < 0 for limit in limits.values()):
+            return None
+        return max(max(self.since, progress[rank] or 0.0) + limit for rank, limit in limits.items())  # type: ignore[operator]
 
-    def check(self, now: float, outputs: Mapping[int, float | None]) -> Fault | None:
-        if not outputs:
+    def check(self, now: float, progress: Mapping[int, float | None], overrides: Mapping[int, float | None],
+              stages: Mapping[int, str | None]) -> Fault | None:
+        deadline = self.deadline(progress, overrides)
+        if deadline is None or now < deadline:
             return None
-        silent = now - self.last_progress(outputs)
-        if silent < self.interval:
-            return None
-        return Fault(ErrorSource.HANG, detected_at=now,
-                     message=f"no output from any of {len(outputs)} instance(s) for {silent:.1f} s "
-                             f"(--job-hang-interval={self.interval:g})")
+        limits = self.intervals(progress, overrides)
+        detail = "; ".join(
+            f"rank {rank}{f' in stage {stages[rank]!r}' if stages.get(rank) else ''} silent "
+            f"{now - max(self.since, progress[rank] or 0.0):.1f} s (interval {limits[rank]:g})"
+            for rank in sorted(progress))
+        stage = ",".join(sorted({s for s in stages.values() if s})) or None
+        return Fault(ErrorSource.HANG, detected_at=now, stage=stage,
+                     message=f"no progress from any of {len(progress)} instance(s): {detail}")
+
+
+def advise_hang_interval(text: str) -> tuple[float, float] | None:
+    """``(nccl_timeout_s, advised_interval_s)`` from a collective timeout in a log, or None.
+
+    Seed 000: set the hang interval 150-200 s below the job's collective timeout, so the
+    supervisor catches a hang (and takes stacks) before the watchdog kills the processes.
+    """
+    found = _NCCL_TIMEOUT.findall(text)
+    if not found:
+        return None
+    timeout = int(found[-1]) / 1000
+    return timeout, max(timeout - 150, timeout / 2)

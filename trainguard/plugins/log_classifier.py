@@ -264,9 +264,10 @@ def trainguard_classify_fault(fault: Fault, log_tail: str, policy: Policy,
                               patterns: tuple[LogPattern, ...]) -> Verdict | None:
     if fault.source in (ErrorSource.HANG, ErrorSource.EXIT_HANG):
         return None
-    if fault.source is ErrorSource.EVENT and fault.message:
-        # A scheduler event's reason ("NodeNotReady", "Evicted: ...") is read like a log line,
-        # after the tail, so it is the latest evidence.
+    if fault.source in (ErrorSource.EVENT, ErrorSource.SDK) and fault.message:
+        # A scheduler event's reason ("NodeNotReady", "Evicted: ...") or what the engine saw in
+        # SDK reports (a persistently slow rank) is read like a log line after the tail: the
+        # latest evidence.
         log_tail = f"{log_tail}\n{fault.message}" if log_tail else fault.message
     verdict = catalog_for(patterns).verdict(log_tail) if log_tail else None
     line = keyword_line(log_tail, policy.retryable_errors) if policy.retryable_errors else None

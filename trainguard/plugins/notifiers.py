@@ -1,8 +1,9 @@
-"""Built-in notifiers: the supervisor's log, and a JSON-lines events file.
+"""Built-in notifiers: the supervisor's log, a JSON-lines events file, and a webhook.
 
 The module itself is the log notifier (registered by default). :class:`JsonLinesNotifier` is
-registered by the engine when ``--events-file`` is given; each line is ``Event.to_json()``:
-``{"job_id", "type", "at" (ISO 8601 UTC, ms), "message", "round", "rank", "node", "data"}``.
+registered when ``--events-file`` is given and :class:`WebhookNotifier` for each
+``--notify-webhook URL``. Both send ``Event.to_json()``: ``{"job_id", "type", "at" (ISO 8601
+UTC, ms), "message", "round", "rank", "node", "data"}``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,13 @@ import json
 import logging
 import os
 import threading
+import urllib.error
+import urllib.parse
+import urllib.request
 from pathlib import Path
+from typing import Collection, Mapping
+
+from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
 from trainguard.hooks.markers import hookimpl
 from trainguard.model import Event
@@ -46,3 +53,55 @@ class JsonLinesNotifier:
                 os.write(fd, line.encode())
             finally:
                 os.close(fd)
+
+
+class WebhookError(Exception):
+    """A webhook delivery failed; ``transient`` ones are retried."""
+
+    def __init__(self, message: str, transient: bool) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+class WebhookNotifier:
+    """POST every event (or the ``types`` given) as JSON to ``url``.
+
+    Each POST has a ``timeout``; connection errors and 5xx answers are retried with exponential
+    backoff up to ``attempts`` times, then logged and dropped: a notifier never stops the job.
+    The URL's path, query and credentials often hold a token, so only its scheme and host are
+    ever logged; ``headers`` (an ``Authorization`` header, say) are never logged.
+    """
+
+    def __init__(self, url: str, *, timeout: float = 5.0, attempts: int = 3, types: Collection[str] = (),
+                 headers: Mapping[str, str] | None = None, backoff: float = 0.5) -> None:
+        parsed = urllib.parse.urlsplit(url)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ValueError("webhook URL must be http(s)://host/...")
+        self.url = url
+        self.where = f"{parsed.scheme}://{parsed.hostname}{f':{parsed.port}' if parsed.port else ''}"
+        self.timeout = timeout
+        self.types = frozenset(types)
+        self.headers = {"Content-Type": "application/json", **(headers or {})}
+        self._post = retry(stop=stop_after_attempt(attempts), wait=wait_exponential(multiplier=backoff, max=10),
+                           retry=retry_if_exception(lambda e: isinstance(e, WebhookError) and e.transient),
+                           reraise=True)(self._post_once)
+
+    def _post_once(self, body: bytes) -> None:
+        request = urllib.request.Request(self.url, data=body, headers=self.headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                response.read()
+        except urllib.error.HTTPError as exc:
+            raise WebhookError(f"HTTP {exc.code}", transient=exc.code >= 500 or exc.code == 429) from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise WebhookError(f"{type(reason).__name__}", transient=True) from None
+
+    @hookimpl
+    def trainguard_on_event(self, event: Event) -> None:
+        if self.types and event.type not in self.types:
+            return
+        try:
+            self._post(json.dumps(event.to_json()).encode())
+        except WebhookError as exc:
+            log.warning("[%s] webhook %s: %s event not delivered (%s)", event.job_id, self.where, event.type, exc)

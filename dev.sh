@@ -8,6 +8,18 @@ cd "$(dirname "$0")"
 
 VENV=${TRAINGUARD_VENV:-.venv}
 
+system_packages() {
+    # The Slurm tests start a real cluster on localhost from Debian's packages.
+    if ! command -v slurmctld >/dev/null 2>&1 && [ ! -x /usr/sbin/slurmctld ]; then
+        if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+            apt-get update -qq
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null
+        else
+            echo "dev.sh: Slurm is not installed and this is not root: the Slurm tests will be skipped" >&2
+        fi
+    fi
+}
+
 setup() {
     if [ ! -x "$VENV/bin/python" ]; then
         python3 -m venv "$VENV"
@@ -29,6 +41,7 @@ case "${1:-}" in
         exec "$VENV/bin/trainguard" --log-level WARNING demo "${@:2}"
         ;;
     test)
+        system_packages
         setup
         "$VENV/bin/lint-imports"
         exec "$VENV/bin/python" -m pytest "${@:2}"

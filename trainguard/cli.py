@@ -168,7 +168,10 @@ def _run(args: argparse.Namespace, command: list[str], console: Console) -> int:
         if not sep or not key:
             raise PolicyError("--env", f"{item!r} is not KEY=VALUE")
         env[key] = value
-    job_id = args.job_id or time.strftime("tg-%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+    slurm_job = os.environ.get("SLURM_JOB_ID") if args.adapter == "slurm" else None
+    # Under Slurm the job id survives a requeue, so the history (budgets, bad nodes) carries on.
+    job_id = args.job_id or (f"slurm-{slurm_job}" if slurm_job else
+                             time.strftime("tg-%Y%m%d-%H%M%S-") + secrets.token_hex(2))
     spec = JobSpec(job_id=job_id, command=tuple(command), nproc=args.nproc, nodes=args.nodes,
                    slots_per_node=args.slots_per_node, env=env, cwd=os.getcwd())
     if spec.slots * spec.nodes < spec.nproc:

@@ -273,14 +273,8 @@ class Supervisor:
             policy = policy.replace(retryable_errors=(*policy.retryable_errors, *self.runtime_retryable))
         verdict = self.host.classify(root, tail, policy)
         self._advise(tail)
-        stacks: tuple[dict[str, Any], ...] = ()
-        if root.source in (ErrorSource.HANG, ErrorSource.EXIT_HANG) and self.policy.enable_stack_snapshots:
-            stacks = tuple(group_stacks(self.adapter.stacks(sorted(self.adapter.running()),
-                                                            self.policy.stack_snapshot_timeout)))
-            suspects = [g["ranks"] for g in stacks if g["suspect"]]
-            self._emit("stacks_captured", f"{len(stacks)} distinct stack(s); likely culprits: rank(s) "
-                       f"{sorted({r for ranks in suspects for r in ranks}) or 'none singled out'}",
-                       data={"groups": len(stacks)})
+        hung = root.source in (ErrorSource.HANG, ErrorSource.EXIT_HANG)
+        stacks = self._capture_stacks() if hung and self.policy.enable_stack_snapshots else ()
         counted = incident.faults if not self._sync else (root,)
         history = self.store.history(self.job_id)
         for fault in incident.faults:
@@ -352,6 +346,15 @@ class Supervisor:
                        round_no=record.round, data={"stages": stages})
         return started
 
+    def _capture_stacks(self) -> tuple[dict[str, Any], ...]:
+        """Every running rank's Python stacks, grouped (taken before the hung job is stopped)."""
+        groups = tuple(group_stacks(self.adapter.stacks(sorted(self.adapter.running()),
+                                                        self.policy.stack_snapshot_timeout)))
+        suspects = sorted({rank for group in groups if group["suspect"] for rank in group["ranks"]})
+        self._emit("stacks_captured", f"{len(groups)} distinct stack(s); likely culprits: rank(s) "
+                   f"{suspects or 'none singled out'}", data={"groups": len(groups), "suspects": suspects})
+        return groups
+
     def _stop(self, ranks: Sequence[int], incident: Incident) -> None:
         """Stop ranks; any that exit non-zero before being stopped join the incident's evidence."""
         for exit_ in self.adapter.stop(ranks, self.policy.stop_grace_period):
@@ -373,7 +376,7 @@ class Supervisor:
             self._give_up("TG-NO-CAPACITY", f"cannot place the job: {exc}", str(exc))
             return False
         if fresh_rendezvous:
-            self.master = self.adapter.rendezvous()
+            self.master = self.adapter.rendezvous(placement)
         local_ranks = _local_ranks(placement)
         node_order = sorted(set(placement.values()), key=lambda n: min(r for r, m in placement.items() if m == n))
         launches = []

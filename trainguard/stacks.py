@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 _THREAD = re.compile(r'^Thread (?P<tid>\d+) \((?P<state>[^)]*)\)(?:: "(?P<name>.*)")?')
+_PROCESS = re.compile(r"^Process (?P<pid>\d+):")
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,8 @@ class ThreadStack:
 
 
 def parse_py_spy(rank: int, pid: int, text: str) -> list[ThreadStack]:
-    """Threads from ``py-spy dump`` output; processes that are not Python yield none."""
+    """Threads from ``py-spy dump`` output (one or several processes; each ``Process N:``
+    header names the pid, else ``pid`` is used); processes that are not Python yield none."""
     threads: list[ThreadStack] = []
     header: re.Match[str] | None = None
     frames: list[str] = []
@@ -37,6 +39,11 @@ def parse_py_spy(rank: int, pid: int, text: str) -> list[ThreadStack]:
             threads.append(ThreadStack(rank, pid, label, tuple(frames)))
 
     for line in text.splitlines():
+        process = _PROCESS.match(line)
+        if process:
+            flush()
+            header, frames, pid = None, [], int(process.group("pid"))
+            continue
         match = _THREAD.match(line)
         if match:
             flush()

@@ -45,8 +45,8 @@ class Adapter(Protocol):
     def place(self, ranks: Sequence[int], current: Mapping[int, str], isolated: frozenset[str]) -> dict[int, str]:
         """Choose nodes for ``ranks``; ranks in ``current`` but not in ``ranks`` stay where they are."""
 
-    def rendezvous(self) -> tuple[str, int]:
-        """A fresh ``(MASTER_ADDR, MASTER_PORT)`` for a whole-job start."""
+    def rendezvous(self, placement: Mapping[int, str]) -> tuple[str, int]:
+        """A fresh ``(MASTER_ADDR, MASTER_PORT)`` for a whole-job start placed as given."""
 
     def start(self, launches: Sequence[Launch]) -> dict[int, Instance]:
         """Start the launches; returns each rank's instance with ``pid`` and ``log_path`` set."""

@@ -9,5 +9,7 @@ from trainguard.hooks.registry import AdapterRegistry
 @hookimpl
 def trainguard_register_adapters(registry: AdapterRegistry) -> None:
     from trainguard.adapters.local import LocalAdapter
+    from trainguard.adapters.slurm import SlurmAdapter
 
     registry.add_adapter("local", LocalAdapter)
+    registry.add_adapter("slurm", SlurmAdapter)

@@ -152,7 +152,7 @@ class LocalAdapter:
         if nodes < 1 or slots_per_node < 1:
             raise AdapterError(self.name, "nodes and slots per node must be at least 1")
         self.job_id = job_id
-        self.nodes = tuple(f"node-{i}" for i in range(nodes))
+        self.nodes = self._node_names(spec)
         self.slots_per_node = slots_per_node
         self.log_dir = Path(log_dir)
         # Standbys import modules before they know their rank: give them the job's own
@@ -182,6 +182,21 @@ class LocalAdapter:
             start_new_session=True, close_fds=True)
         self._world_size = spec.nproc
 
+    # -- what a scheduler adapter built on this one overrides ------------------------------
+
+    def _node_names(self, spec: JobSpec) -> tuple[str, ...]:
+        """The nodes ranks may run on: here ``spec.nodes`` virtual ones."""
+        return tuple(f"node-{i}" for i in range(spec.nodes))
+
+    def _argv(self, launch: Launch, log_path: Path) -> list[str]:
+        """The local command that runs one rank where its placement says."""
+        return list(launch.command)
+
+    def _dump_argv(self, tool: str, rank: int) -> list[tuple[int, list[str]]]:
+        """``(pid, command)`` pairs that print py-spy dumps of a rank's processes."""
+        return [(pid, [tool, "dump", "--nonblocking", "--pid", str(pid)])
+                for pid in _group_pids(self._procs[rank].pid)]
+
     # -- placement --------------------------------------------------------------------------
 
     def capacity(self, isolated: frozenset[str]) -> Capacity:
@@ -205,7 +220,7 @@ class LocalAdapter:
             used[node] += 1
         return placement
 
-    def rendezvous(self) -> tuple[str, int]:
+    def rendezvous(self, placement: Mapping[int, str]) -> tuple[str, int]:
         return "127.0.0.1", free_port()
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -235,7 +250,7 @@ class LocalAdapter:
     def _spawn(self, launch: Launch, log_path: Path) -> subprocess.Popen[bytes]:
         with open(log_path, "ab") as out:
             try:
-                return subprocess.Popen(list(launch.command), env=dict(launch.env), cwd=launch.cwd,
+                return subprocess.Popen(self._argv(launch, log_path), env=dict(launch.env), cwd=launch.cwd,
                                         stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                         start_new_session=True, close_fds=True)
             except OSError as exc:
@@ -287,11 +302,10 @@ class LocalAdapter:
         if tool is None:
             log.warning("[%s] py-spy is not installed: no stack snapshots", self.job_id)
             return []
-        targets = [(rank, pid) for rank in ranks if rank in self._procs for pid in _group_pids(self._procs[rank].pid)]
+        targets = [(rank, pid, argv) for rank in ranks if rank in self._procs for pid, argv in self._dump_argv(tool, rank)]
         # All at once: a snapshot of 8 ranks costs about what one does.
-        running = [(rank, pid, subprocess.Popen([tool, "dump", "--nonblocking", "--pid", str(pid)],
-                                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
-                   for rank, pid in targets]
+        running = [(rank, pid, subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
+                   for rank, pid, argv in targets]
         deadline = time.monotonic() + timeout
         threads: list[ThreadStack] = []
         for rank, pid, proc in running:

@@ -1,0 +1,150 @@
+"""The Slurm adapter on a real Slurm cluster on localhost (three emulated nodes: munged,
+slurmctld and three slurmd from Debian's slurm-wlm, started by tests/slurm_cluster.py and
+always torn down by pid). Jobs are submitted with sbatch; the batch script runs
+``trainguard run --adapter slurm`` and ranks become srun steps in the allocation."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import RANK_SCRIPT, REPO
+from slurm_cluster import LocalSlurmCluster, available
+from trainguard.store import RunStore
+
+pytestmark = pytest.mark.slurm
+
+NCCL = "torch.distributed.DistBackendError: NCCL error in: x.cpp:1, unhandled system error"
+ECC = "RuntimeError: CUDA error: uncorrectable ECC error encountered"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    reason = available()
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the Slurm tests: {reason}")
+        pytest.skip(reason)
+    cluster = LocalSlurmCluster(nodes=3).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def submit(cluster, tmp_path, plan, *options, nodes=3, nproc=2, run_nodes=2, timeout=90, during=None):
+    """sbatch a script running trainguard with the slurm adapter; wait for it; return the history."""
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\n"
+                      f"exec {sys.executable} -m trainguard --log-level WARNING run --adapter slurm --nproc {nproc} "
+                      f"--nodes {run_nodes} --state-dir {tmp_path / 'state'} --stop-grace-period 2 "
+                      f"{' '.join(options)} -- {sys.executable} {RANK_SCRIPT}\n")
+    env = {**cluster.env, "TG_PLAN": json.dumps(plan), "TG_RECORD": str(tmp_path / "starts.jsonl"),
+           "PYTHONPATH": str(REPO), "TG_WORK": "0.5"}
+    out = subprocess.run(["sbatch", f"--nodes={nodes}", "--parsable", f"--output={tmp_path / 'batch.out'}",
+                          str(script)], env=env, capture_output=True, text=True, check=True)
+    job = out.stdout.strip().split(";")[0]
+    if during:
+        during(job)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if not cluster.run("squeue", "--noheader", f"--jobs={job}").stdout.strip():
+            break
+        time.sleep(0.3)
+    else:
+        pytest.fail(f"job {job} still queued or running after {timeout} s: {(tmp_path / 'batch.out').read_text()}")
+    store = RunStore(tmp_path / "state")
+    try:
+        report = store.report(f"slurm-{job}")
+    finally:
+        store.close()
+    path = tmp_path / "starts.jsonl"
+    starts = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return report, starts, (tmp_path / "batch.out").read_text()
+
+
+def test_ranks_run_as_steps_and_a_retryable_failure_restarts_in_place(cluster, tmp_path):
+    report, starts, batch = submit(cluster, tmp_path, [{"round": 0, "rank": 1, "do": "fail", "say": NCCL}],
+                                   "--enable-job-restart")
+    assert report["status"] == "succeeded", batch
+    assert [r["action"] for r in report["rounds"]] == ["restart_in_place"]
+    assert report["rounds"][0]["node"] == "tg2" and report["rounds"][0]["error_code"] == "TG-NCCL-ERROR"
+    # --nodes 2 of a 3-node allocation: one rank a node, the third node spare.
+    assert {(s["RANK"], s["TRAINGUARD_NODE"], s["SLURMD_NODENAME"]) for s in starts} == {
+        ("0", "tg1", "tg1"), ("1", "tg2", "tg2")}
+    assert all(s["SLURM_STEP_ID"] is not None for s in starts), "every rank is a step of the allocation"
+    assert len({s["SLURM_STEP_ID"] for s in starts}) == 4
+    restarted = [s for s in starts if s["TRAINGUARD_RESTART_ROUND"] == "1"]
+    assert {(s["TRAINGUARD_SCHEDULE_COUNT"], s["TRAINGUARD_PROC_START_COUNT"]) for s in restarted} == {("1", "2")}
+
+
+def test_async_restarts_only_the_failed_task(cluster, tmp_path):
+    plan = [{"round": 0, "rank": 1, "do": "fail", "say": NCCL}, {"rank": 0, "do": "sleep", "seconds": 4}]
+    report, starts, batch = submit(cluster, tmp_path, plan, "--job-execution-mode=Async", nproc=2)
+    assert report["status"] == "succeeded", batch
+    assert [r["action"] for r in report["rounds"]] == ["restart_instances"]
+    assert len([s for s in starts if s["RANK"] == "0"]) == 1 and len([s for s in starts if s["RANK"] == "1"]) == 2
+
+
+def test_a_node_fault_isolates_the_node_and_moves_to_the_spare(cluster, tmp_path):
+    plan = [{"node": "tg2", "do": "fail", "say": ECC}]
+    report, starts, batch = submit(cluster, tmp_path, plan, "--enable-job-restart", nproc=2, run_nodes=2)
+    assert report["status"] == "succeeded", batch
+    (rnd,) = report["rounds"]
+    assert (rnd["action"], rnd["node"], rnd["isolated_nodes"]) == ("reschedule_isolated", "tg2", ["tg2"])
+    after = {s["RANK"]: s["SLURMD_NODENAME"] for s in starts if s["TRAINGUARD_RESTART_ROUND"] == "1"}
+    assert after == {"0": "tg1", "1": "tg3"}
+
+
+def test_a_hang_is_caught_with_stacks_taken_inside_the_allocation(cluster, tmp_path):
+    plan = [{"round": 0, "do": "hang"}]
+    report, _, batch = submit(cluster, tmp_path, plan, "--enable-job-restart", "--enable-job-hang-detection",
+                              "--job-hang-interval 2")
+    assert report["status"] == "succeeded", batch
+    (rnd,) = report["rounds"]
+    assert rnd["error_source"] == "hang"
+    frames = [f for group in rnd["stacks"] for f in group["frames"]]
+    assert any(f.startswith("main (") and "rank.py" in f for f in frames), rnd["stacks"]
+    assert sorted({r for group in rnd["stacks"] for r in group["ranks"]}) == [0, 1]
+
+
+def test_a_slurmctld_restart_is_not_a_job_failure(cluster, tmp_path):
+    def restart_controller(job):
+        deadline = time.time() + 30
+        while time.time() < deadline and not (tmp_path / "starts.jsonl").exists():
+            time.sleep(0.1)
+        cluster.stop_slurmctld()
+        time.sleep(3)
+        cluster.start_slurmctld()
+
+    plan = [{"do": "sleep", "seconds": 6}]
+    report, starts, batch = submit(cluster, tmp_path, plan, "--enable-job-restart", during=restart_controller)
+    assert report["status"] == "succeeded", batch
+    assert report["rounds"] == [] and len(starts) == 2
+
+
+def test_outside_an_allocation_is_one_clear_error(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    result = subprocess.run([sys.executable, "-m", "trainguard", "run", "--adapter", "slurm", "--state-dir",
+                             str(tmp_path), "--", "true"], capture_output=True, text=True, env=env)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "trainguard: error: slurm: not inside a Slurm allocation (SLURM_JOB_ID is unset): run trainguard from an "
+        "sbatch script, or use trainguard sbatch"]
+
+
+def test_asking_for_more_nodes_than_the_allocation_has(cluster, tmp_path):
+    script = tmp_path / "big.sh"
+    script.write_text(f"#!/bin/bash\n{sys.executable} -m trainguard run --adapter slurm --nodes 3 --nproc 3 "
+                      f"--state-dir {tmp_path / 'state'} -- true\necho exit=$?\n")
+    out = subprocess.run(["sbatch", "--nodes=1", "--parsable", "--wait", f"--output={tmp_path / 'big.out'}",
+                          str(script)], env={**cluster.env, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+                         timeout=60)
+    text = (tmp_path / "big.out").read_text()
+    assert "the allocation has 1 node(s)" in text and "--nodes 3 needs more" in text and "exit=2" in text, (out, text)

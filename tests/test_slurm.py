@@ -38,7 +38,8 @@ def cluster():
         cluster.stop()
 
 
-def submit(cluster, tmp_path, plan, *options, nodes=3, nproc=2, run_nodes=2, timeout=90, during=None):
+def submit(cluster, tmp_path, plan, *options, nodes=3, nproc=2, run_nodes=2, timeout=90, during=None,
+           sbatch=()):
     """sbatch a script running trainguard with the slurm adapter; wait for it; return the history."""
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/bash\n"
@@ -47,8 +48,9 @@ def submit(cluster, tmp_path, plan, *options, nodes=3, nproc=2, run_nodes=2, tim
                       f"{' '.join(options)} -- {sys.executable} {RANK_SCRIPT}\n")
     env = {**cluster.env, "TG_PLAN": json.dumps(plan), "TG_RECORD": str(tmp_path / "starts.jsonl"),
            "PYTHONPATH": str(REPO), "TG_WORK": "0.5"}
-    out = subprocess.run(["sbatch", f"--nodes={nodes}", "--parsable", f"--output={tmp_path / 'batch.out'}",
-                          str(script)], env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run(["sbatch", f"--nodes={nodes}", "--parsable", f"--open-mode=append",
+                          f"--output={tmp_path / 'batch.out'}", *sbatch, str(script)],
+                         env=env, capture_output=True, text=True, check=True)
     job = out.stdout.strip().split(";")[0]
     if during:
         during(job)
@@ -100,6 +102,27 @@ def test_a_node_fault_isolates_the_node_and_moves_to_the_spare(cluster, tmp_path
     assert (rnd["action"], rnd["node"], rnd["isolated_nodes"]) == ("reschedule_isolated", "tg2", ["tg2"])
     after = {s["RANK"]: s["SLURMD_NODENAME"] for s in starts if s["TRAINGUARD_RESTART_ROUND"] == "1"}
     assert after == {"0": "tg1", "1": "tg3"}
+
+
+def test_no_spare_left_requeues_without_the_bad_node_and_keeps_the_history(cluster, tmp_path):
+    plan = [{"node": "tg2", "do": "fail", "say": ECC}]
+    try:
+        report, starts, batch = submit(cluster, tmp_path, plan, "--enable-job-restart", "--drain-bad-nodes",
+                                       nodes=2, run_nodes=2, sbatch=["--requeue"], timeout=120)
+        drained = cluster.run("sinfo", "--noheader", "--nodes=tg2", "--format=%t %E").stdout
+    finally:
+        cluster.run("scontrol", "update", "NodeName=tg2", "State=RESUME")
+    assert report["status"] == "succeeded", batch
+    (rnd,) = report["rounds"]
+    assert (rnd["action"], rnd["result"], rnd["node"], rnd["isolated_nodes"]) == (
+        "reschedule_isolated", "requeued", "tg2", ["tg2"])
+    assert drained.startswith("drain") and "TG-GPU-ECC" in drained, drained
+    first = [s for s in starts if s["SLURM_RESTART_COUNT"] is None]
+    second = [s for s in starts if s["SLURM_RESTART_COUNT"] == "1"]
+    assert {s["SLURMD_NODENAME"] for s in first} == {"tg1", "tg2"}
+    assert {s["SLURMD_NODENAME"] for s in second} == {"tg1", "tg3"}, "the drained node is not allocated again"
+    assert {s["TRAINGUARD_SCHEDULE_COUNT"] for s in second} == {"2"}
+    assert report["restarts"] == 1, "the budget used before the requeue is still counted"
 
 
 def test_a_hang_is_caught_with_stacks_taken_inside_the_allocation(cluster, tmp_path):

@@ -192,7 +192,9 @@ def _run(args: argparse.Namespace, command: list[str], console: Console) -> int:
         print_report(store.report(job_id), console)
     finally:
         store.close()
-    return 0 if status is JobStatus.SUCCEEDED else 1
+    if status is JobStatus.RUNNING:
+        console.print(f"job {job_id} was requeued; it resumes with its history when the scheduler starts it again")
+    return 1 if status is JobStatus.FAILED else 0
 
 
 def _open_store(state_dir_arg: str | None) -> RunStore:

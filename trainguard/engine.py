@@ -118,7 +118,8 @@ class Supervisor:
     # -- the loop ---------------------------------------------------------------------------
 
     def run(self) -> JobStatus:
-        """Start the job and supervise it; returns ``succeeded`` or ``failed``."""
+        """Start the job and supervise it; returns ``succeeded``, ``failed``, or ``running``
+        when the scheduler requeued it (it resumes from the history when started again)."""
         resumed = self.store.begin_job(self.job_id, _spec_json(self.spec), self.policy.to_json())
         history = self.store.history(self.job_id)
         self.isolated = history.isolated_nodes
@@ -147,16 +148,18 @@ class Supervisor:
             failures = [fault for fault in map(self._on_exit, exits) if fault is not None]
             failures += [fault for fault in self._read_sdk() if fault is not None]
             if failures:
-                if not self._recover(self._gather(failures)):
-                    return JobStatus.FAILED
+                outcome = self._recover(self._gather(failures))
+                if outcome is not None:
+                    return outcome
                 continue
             if len(self.succeeded) == self.spec.nproc:
                 self.store.finish_job(self.job_id, JobStatus.SUCCEEDED)
                 self._emit("job_succeeded", f"all {self.spec.nproc} rank(s) exited 0")
                 return JobStatus.SUCCEEDED
             fault = self._detect()
-            if fault is not None and not self._recover(Incident((fault,))):
-                return JobStatus.FAILED
+            outcome = self._recover(Incident((fault,))) if fault is not None else None
+            if outcome is not None:
+                return outcome
 
     def _timeout(self) -> float:
         deadlines = [d for d in (self._hang_deadline(), self._exit_hang_deadline()) if d is not None]
@@ -259,8 +262,12 @@ class Supervisor:
 
     # -- one round --------------------------------------------------------------------------
 
-    def _recover(self, incident: Incident) -> bool:
-        """Diagnose, decide and carry out one round; False when the job failed for good."""
+    def _recover(self, incident: Incident) -> JobStatus | None:
+        """Diagnose, decide and carry out one round.
+
+        Returns None when the job runs on here, ``failed`` when it failed for good, and
+        ``running`` when the scheduler will start it again elsewhere (a requeue).
+        """
         root = incident.root
         t = self.clock.mono()
         stages: dict[str, float] = {}
@@ -297,7 +304,7 @@ class Supervisor:
             stages["stop"] = self.clock.mono() - t
             self._finish_failed(replace(self._failure_record(root, decision, verdict=verdict, stages=stages),
                                         stacks=stacks))
-            return False
+            return JobStatus.FAILED
 
         self.restart_round += 1
         record = RoundRecord(
@@ -315,6 +322,9 @@ class Supervisor:
 
         whole = self._sync or decision.action.whole_job
         isolated_after = self.isolated | frozenset(decision.isolate)
+        after = self.adapter.capacity(isolated_after)
+        if decision.isolate and after.can_requeue and after.healthy_slots() < after.world_size:
+            return self._requeue(record, decision, incident, stages)
         if whole:
             restart = list(range(self.spec.nproc))
         else:
@@ -328,6 +338,7 @@ class Supervisor:
         t = self.clock.mono()
         if decision.isolate:
             self.isolated = isolated_after
+            self.adapter.isolate(decision.isolate, f"{record.error_code}: {decision.reason}")
             for isolated in decision.isolate:
                 self._emit("node_isolated", f"{isolated} isolated: {decision.reason}", round_no=record.round,
                            node=isolated)
@@ -341,10 +352,35 @@ class Supervisor:
         stages["restart"] = self.clock.mono() - t
         record = replace(record, stages=stages, result=RoundResult.RECOVERED if started else RoundResult.FAILED)
         self.store.save_round(record)
-        if started:
-            self._emit("round_finished", f"round {record.round} recovered in {sum(stages.values()):.2f} s",
-                       round_no=record.round, data={"stages": stages})
-        return started
+        if not started:
+            return JobStatus.FAILED
+        self._emit("round_finished", f"round {record.round} recovered in {sum(stages.values()):.2f} s",
+                   round_no=record.round, data={"stages": stages})
+        return None
+
+    def _requeue(self, record: RoundRecord, decision: Decision, incident: Incident,
+                 stages: dict[str, float]) -> JobStatus:
+        """No healthy capacity is left here: stop, isolate, and have the scheduler start the job
+        again in a new allocation. The history (rounds, budgets, isolated nodes) carries over."""
+        t = self.clock.mono()
+        self._stop(list(self.adapter.running()), incident)
+        stages["stop"] = self.clock.mono() - t
+        t = self.clock.mono()
+        self.isolated = self.isolated | frozenset(decision.isolate)
+        self.adapter.isolate(decision.isolate, f"{record.error_code}: {decision.reason}")
+        stages["isolate"] = self.clock.mono() - t
+        t = self.clock.mono()
+        requeued = self.adapter.requeue(decision.reason)
+        stages["restart"] = self.clock.mono() - t
+        self.store.save_round(replace(record, stages=stages,
+                                      result=RoundResult.REQUEUED if requeued else RoundResult.FAILED))
+        if not requeued:
+            self._give_up("TG-REQUEUE-REFUSED", f"{decision.reason}; the scheduler refused the requeue",
+                          "requeue refused")
+            return JobStatus.FAILED
+        self._emit("job_requeued", f"round {record.round}: {decision.reason}", round_no=record.round,
+                   data={"isolated": sorted(self.isolated)})
+        return JobStatus.RUNNING
 
     def _capture_stacks(self) -> tuple[dict[str, Any], ...]:
         """Every running rank's Python stacks, grouped (taken before the hung job is stopped)."""
@@ -533,6 +569,8 @@ def _replay_counters(rounds: Sequence[RoundRecord], nproc: int, resumed: bool) -
         return {}
     counts = {rank: (1, 1) for rank in range(nproc)}
     for record in rounds:
+        if record.result is RoundResult.REQUEUED:
+            continue  # it placed nothing itself: the resumed run that follows is the placement
         affected = range(nproc) if record.action.whole_job or not record.ranks else record.ranks
         for rank in affected:
             schedule, start = counts[rank]

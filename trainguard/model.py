@@ -130,10 +130,12 @@ class JobStatus(_Choice):
 
 
 class RoundResult(_Choice):
-    """``in_progress`` → ``recovered`` (instances running again) | ``failed`` (the restart broke)."""
+    """``in_progress`` → ``recovered`` (instances running again) | ``requeued`` (the scheduler
+    will start the job again in a new allocation) | ``failed`` (the restart broke)."""
 
     IN_PROGRESS = "in_progress"
     RECOVERED = "recovered"
+    REQUEUED = "requeued"
     FAILED = "failed"
 
 
@@ -413,12 +415,17 @@ class History:
 
 @dataclass(frozen=True)
 class Capacity:
-    """Where instances can go: the job's (virtual) nodes, their slots, and which are isolated."""
+    """Where instances can go: the job's (virtual) nodes, their slots, and which are isolated.
+
+    ``can_requeue``: the scheduler can give the job a new allocation (Slurm) when this one has
+    no healthy capacity left.
+    """
 
     nodes: tuple[str, ...]
     slots_per_node: int
     world_size: int
     isolated: frozenset[str] = frozenset()
+    can_requeue: bool = False
 
     def healthy_slots(self, excluding: Iterable[str] = ()) -> int:
         out = self.isolated | frozenset(excluding)

@@ -119,6 +119,8 @@ class Policy:
     slow_rank_factor: float = 2.0
     slow_rank_window: int = 5
     isolate_slow_nodes: bool = False
+    # Schedulers.
+    drain_bad_nodes: bool = False
     # Engine mechanics.
     stop_grace_period: float = 10
     failure_window: float = 0.25
@@ -166,6 +168,7 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "slow_rank_factor": _positive(float),
     "slow_rank_window": _positive(int),
     "isolate_slow_nodes": _parse_bool,
+    "drain_bad_nodes": _parse_bool,
     "stop_grace_period": _positive(float),
     "failure_window": _positive(float),
     "log_tail_bytes": _positive(int),

@@ -45,6 +45,12 @@ class Adapter(Protocol):
     def place(self, ranks: Sequence[int], current: Mapping[int, str], isolated: frozenset[str]) -> dict[int, str]:
         """Choose nodes for ``ranks``; ranks in ``current`` but not in ``ranks`` stay where they are."""
 
+    def isolate(self, nodes: Sequence[str], reason: str) -> None:
+        """Keep ``nodes`` out of this job (and, where the scheduler allows, out of others)."""
+
+    def requeue(self, reason: str) -> bool:
+        """Ask the scheduler to start the job again in a new allocation; False if it cannot."""
+
     def rendezvous(self, placement: Mapping[int, str]) -> tuple[str, int]:
         """A fresh ``(MASTER_ADDR, MASTER_PORT)`` for a whole-job start placed as given."""
 

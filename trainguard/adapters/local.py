@@ -223,6 +223,12 @@ class LocalAdapter:
     def rendezvous(self, placement: Mapping[int, str]) -> tuple[str, int]:
         return "127.0.0.1", free_port()
 
+    def isolate(self, nodes: Sequence[str], reason: str) -> None:
+        """Virtual nodes need no more than leaving them out of placement."""
+
+    def requeue(self, reason: str) -> bool:
+        return False
+
     # -- lifecycle --------------------------------------------------------------------------
 
     def start(self, launches: Sequence[Launch]) -> dict[int, Instance]:

@@ -22,6 +22,7 @@ import os
 import random
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -30,7 +31,7 @@ from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_expo
 from trainguard.adapters import Exit, Launch
 from trainguard.adapters.local import LocalAdapter, free_port
 from trainguard.errors import AdapterError
-from trainguard.model import Instance, JobSpec
+from trainguard.model import Capacity, Instance, JobSpec
 from trainguard.policy import Policy
 
 log = logging.getLogger(__name__)
@@ -96,10 +97,41 @@ class SlurmAdapter(LocalAdapter):
         self.slurm_env = env
         self._addresses: dict[str, str] = {}
         self._rank_nodes: dict[int, str] = {}
+        self.drain = bool(policy and policy.drain_bad_nodes)
         self._srun = shutil.which("srun", path=env.get("PATH")) or "srun"
         # A step is its own process tree on another node: a spare interpreter here cannot become it.
         super().__init__(spec=spec, log_dir=log_dir, policy=(policy or Policy()).replace(warm_standby=False),
                          base_env=env, guardian_grace=guardian_grace)
+
+    def capacity(self, isolated: frozenset[str]) -> Capacity:
+        return replace(super().capacity(isolated), can_requeue=True)
+
+    def isolate(self, nodes: Sequence[str], reason: str) -> None:
+        """With ``--drain-bad-nodes``, drain the nodes so no job (this one requeued included) gets them."""
+        if not self.drain:
+            return
+        for node in nodes:
+            try:
+                slurm_command("scontrol", "update", f"NodeName={node}", "State=DRAIN",
+                              f"Reason=trainguard {self.job_id}: {reason}"[:200], env=self.slurm_env)
+                log.warning("[%s] drained %s: %s", self.job_id, node, reason)
+            except AdapterError as exc:
+                log.error("[%s] could not drain %s (%s): draining needs Slurm admin rights (SlurmUser, root or "
+                          "AdminLevel=Operator); the node stays out of this job only", self.job_id, node, exc)
+
+    def requeue(self, reason: str) -> bool:
+        """``scontrol requeue`` this job: its ranks stop and Slurm starts the batch script again.
+
+        Slurm does not let a running job change its ``ExcNodeList``; isolated nodes stay out
+        through the run history (placement never uses them) and, with ``--drain-bad-nodes``,
+        through the drain.
+        """
+        try:
+            slurm_command("scontrol", "requeue", str(self.slurm_job_id), env=self.slurm_env)
+        except AdapterError as exc:
+            log.error("[%s] requeue refused: %s", self.job_id, exc)
+            return False
+        return True
 
     def _node_names(self, spec: JobSpec) -> tuple[str, ...]:
         nodes = tuple(slurm_command("scontrol", "show", "hostnames", self.nodelist or "", env=self.slurm_env).split())

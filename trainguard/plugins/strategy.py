@@ -139,6 +139,9 @@ def trainguard_decide_recovery(
         why = (f"node fault on {node}" if verdict.node_fault
                else f"{code} {repeats} times in a row on {node}")
         if capacity.healthy_slots(excluding=(node,)) < capacity.world_size:
+            if capacity.can_requeue and verdict.node_fault:
+                return budgeted(Action.RESCHEDULE_ISOLATED,
+                                f"{why}: no healthy spare left here, requeueing the job without it", (node,))
             if verdict.node_fault:
                 return _fail(f"{code}: {why} and no healthy spare capacity to move to")
             return budgeted(Action.RESTART_JOB, f"{why}; no spare node to isolate it, restarting the job")

@@ -171,3 +171,30 @@ def test_asking_for_more_nodes_than_the_allocation_has(cluster, tmp_path):
                          timeout=60)
     text = (tmp_path / "big.out").read_text()
     assert "the allocation has 1 node(s)" in text and "--nodes 3 needs more" in text and "exit=2" in text, (out, text)
+
+
+def test_trainguard_sbatch_submits_a_supervised_job(cluster, tmp_path):
+    env = {**cluster.env, "PYTHONPATH": str(REPO), "TG_RECORD": str(tmp_path / "starts.jsonl"),
+           "TG_PLAN": json.dumps([{"round": 0, "rank": 0, "do": "fail", "say": NCCL}])}
+    out = subprocess.run([sys.executable, "-m", "trainguard", "sbatch", "--nproc", "2", "--nodes", "2",
+                          "--enable-job-restart", "--state-dir", str(tmp_path / "state"), "--",
+                          "--nodes=2", f"--output={tmp_path / 'out.txt'}", sys.executable, str(RANK_SCRIPT)],
+                         env=env, capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert out.returncode == 0, out.stderr
+    job = out.stdout.split("submitted Slurm job ")[1].split(";")[0]
+    deadline = time.time() + 60
+    while time.time() < deadline and cluster.run("squeue", "--noheader", f"--jobs={job}").stdout.strip():
+        time.sleep(0.3)
+    store = RunStore(tmp_path / "state")
+    report = store.report(f"slurm-{job}")
+    store.close()
+    assert report["status"] == "succeeded" and [r["action"] for r in report["rounds"]] == ["restart_in_place"]
+
+
+def test_an_sbatch_refusal_is_one_clear_line(cluster, tmp_path):
+    out = subprocess.run([sys.executable, "-m", "trainguard", "sbatch", "--nproc", "2", "--state-dir",
+                          str(tmp_path), "--", "--partition=nope", "true"], env={**cluster.env, "PYTHONPATH": str(REPO)},
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith("trainguard: error: slurm: sbatch --parsable:") and "nvalid partition" in line, line

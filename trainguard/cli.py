@@ -80,6 +80,14 @@ def build_parser() -> argparse.ArgumentParser:
     history.add_argument("--state-dir", default=None)
     history.add_argument("--json", action="store_true")
 
+    sbatch = sub.add_parser(
+        "sbatch", help="submit COMMAND to Slurm under trainguard: trainguard sbatch [run options] -- "
+                       "[sbatch --options=value ...] COMMAND ...",
+        description="Write a batch script that runs COMMAND under 'trainguard run --adapter slurm' with the "
+                    "run options given, and submit it. After --, sbatch options come first, in --name=value "
+                    "form; the first word that is not an option starts COMMAND.")
+    sbatch.add_argument("--dry-run", action="store_true", help="print the batch script, submit nothing")
+
     stacks = sub.add_parser("stacks", help="show the call stacks captured when a job hung")
     stacks.add_argument("job_id")
     stacks.add_argument("--round", type=int, default=None, help="only this round")
@@ -101,6 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
+    if _subcommand(args_in) == "sbatch":
+        return _sbatch_main(args_in)
     command: list[str] = []
     if "--" in args_in:
         cut = args_in.index("--")
@@ -130,6 +140,67 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TrainguardError as exc:
         sys.stderr.write(f"trainguard: error: {exc}\n")
         return exc.exit_code
+
+
+def _subcommand(args: list[str]) -> str | None:
+    """The subcommand word, past the global options (``--log-level LEVEL``)."""
+    i = 0
+    while i < len(args) and args[i].startswith("-"):
+        i += 2 if args[i] == "--log-level" else 1
+    return args[i] if i < len(args) else None
+
+
+def _sbatch_main(args_in: list[str]) -> int:
+    """``trainguard sbatch``: options for ``run`` before ``--``; sbatch options and COMMAND after."""
+    cut = args_in.index("--") if "--" in args_in else len(args_in)
+    head, tail = args_in[:cut], args_in[cut + 1:]
+    at = head.index("sbatch")
+    run_options = [a for a in head[at + 1:] if a != "--dry-run"]
+    dry_run = "--dry-run" in head[at + 1:]
+    try:
+        parser = build_parser()
+        # Check the run options now, so a typo fails here and not in the queue hours later.
+        checked = parser.parse_args([*head[:at], "run", *_join_aimaster_args(run_options)])
+        _policy_from(checked)
+        sbatch_options = []
+        while tail and tail[0].startswith("-"):
+            sbatch_options.append(tail.pop(0))
+        if not tail:
+            raise TrainguardError("sbatch needs a command after --, e.g. trainguard sbatch --nproc 4 -- "
+                                  "--nodes=3 python train.py")
+        state_dir = Path(checked.state_dir or default_state_dir()).resolve()
+        script = _batch_script(run_options, state_dir, tail)
+        if dry_run:
+            print(script, end="")
+            return 0
+        folder = state_dir / "sbatch"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / (time.strftime("trainguard-%Y%m%d-%H%M%S-") + secrets.token_hex(2) + ".sh")
+        path.write_text(script)
+        path.chmod(0o755)
+        from trainguard.adapters.slurm import slurm_command
+
+        job = slurm_command("sbatch", "--parsable", *sbatch_options, str(path)).strip().split(";")[0]
+    except TrainguardError as exc:
+        sys.stderr.write(f"trainguard: error: {exc}\n")
+        return exc.exit_code
+    print(f"submitted Slurm job {job}; trainguard job slurm-{job}; history: trainguard history slurm-{job} "
+          f"--state-dir {state_dir}")
+    return 0
+
+
+def _batch_script(run_options: list[str], state_dir: Path, command: list[str]) -> str:
+    import shlex
+
+    given = any(o == "--state-dir" or o.startswith("--state-dir=") for o in run_options)
+    # The script starts in this directory, so a relative --state-dir means the same there.
+    where = [] if given else ["--state-dir", str(state_dir)]
+    argv = [sys.executable, "-m", "trainguard", "run", "--adapter", "slurm", *where, *run_options, "--", *command]
+    return ("#!/bin/bash\n"
+            "# Written by trainguard sbatch: the command runs under trainguard's supervision, as srun steps\n"
+            "# of this allocation; a requeue resumes the same trainguard job (slurm-$SLURM_JOB_ID).\n"
+            f"cd {shlex.quote(os.getcwd())}\n"
+            f"exec {shlex.join(argv)}\n")
 
 
 def _join_aimaster_args(args: list[str]) -> list[str]:

@@ -25,7 +25,7 @@ def tg(*args: str, cwd: Path | None = None, env: dict | None = None) -> subproce
     (["run", "--nproc", "0", "--", "true"], "must be at least 1"),
     (["run", "--nproc", "4", "--nodes", "1", "--slots-per-node", "2", "--", "true"], "cannot hold 4 rank(s)"),
     (["run", "--policy", "/nonexistent.yaml", "--", "true"], "--policy: cannot read /nonexistent.yaml"),
-    (["run", "--adapter", "nomad", "--", "true"], "nomad: no such adapter (known: local)"),
+    (["run", "--adapter", "nomad", "--", "true"], "nomad: no such adapter (known: local, slurm)"),
     (["run", "--nproc", "2"], "run needs a command after --"),
     (["run", "--env", "NOEQUALS", "--", "true"], "--env: 'NOEQUALS' is not KEY=VALUE"),
     (["history", "nope"], "no run history in"),

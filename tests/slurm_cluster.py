@@ -123,6 +123,9 @@ class LocalSlurmCluster:
             [_tool("slurmd"), "-D", "-N", node, "-f", str(self.conf)], env=self.env,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
+    def stop_slurmd(self, node: str) -> None:
+        self._stop(f"slurmd-{node}")
+
     def start(self) -> "LocalSlurmCluster":
         self._write_config()
         self._start_munge()

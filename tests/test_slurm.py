@@ -198,3 +198,82 @@ def test_an_sbatch_refusal_is_one_clear_line(cluster, tmp_path):
     assert out.returncode == 2
     (line,) = out.stderr.strip().splitlines()
     assert line.startswith("trainguard: error: slurm: sbatch --parsable:") and "nvalid partition" in line, line
+
+
+def test_squeue_json_schemas_old_and_new():
+    from trainguard.adapters.slurm_submit import parse_scontrol_job, parse_squeue_json
+
+    old = json.dumps({"jobs": [{"job_id": 7, "job_state": "FAILED", "state_reason": "NonZeroExitCode",
+                                "nodes": "tg[1-2]", "exit_code": 768}]})
+    new = json.dumps({"jobs": [{"job_id": 7, "job_state": ["NODE_FAIL"], "state_reason": "None", "nodes": "tg2",
+                                "exit_code": {"status": ["ERROR"], "return_code": {"set": True, "number": 3}}}]})
+    assert parse_squeue_json(old, "7").__dict__ == {"state": "FAILED", "reason": "NonZeroExitCode",
+                                                    "nodes": "tg[1-2]", "exit_code": 3}
+    assert (parse_squeue_json(new, "7").state, parse_squeue_json(new, "7").exit_code) == ("NODE_FAIL", 3)
+    assert parse_squeue_json(new, "8") is None and parse_squeue_json("not json", "7") is None
+    text = "JobId=7 JobName=x JobState=TIMEOUT Reason=TimeLimit Dependency=(null) ExitCode=0:15 NodeList=tg1"
+    assert parse_scontrol_job(text).__dict__ == {"state": "TIMEOUT", "reason": "TimeLimit", "nodes": "tg1",
+                                                 "exit_code": 0}
+
+
+def submit_from_outside(cluster, tmp_path, plan, *options, during=None, timeout=180):
+    env = {**cluster.env, "PYTHONPATH": str(REPO), "TG_RECORD": str(tmp_path / "starts.jsonl"),
+           "TG_PLAN": json.dumps(plan), "TG_WORK": "0.5"}
+    proc = subprocess.Popen([sys.executable, "-m", "trainguard", "--log-level", "WARNING", "run", "--adapter",
+                             "slurm", "--submit", "--sbatch-option=--nodes=2", "--job-id", "outside", "--nproc", "2",
+                             "--nodes", "2", "--state-dir", str(tmp_path / "state"), *options, "--", sys.executable,
+                             str(RANK_SCRIPT)], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    if during:
+        during()
+    out, err = proc.communicate(timeout=timeout)
+    store = RunStore(tmp_path / "state")
+    report, events = store.report("outside"), list(store.events("outside"))
+    store.close()
+    path = tmp_path / "starts.jsonl"
+    starts = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return proc.returncode, report, events, starts, out + err
+
+
+def test_a_node_failure_outside_the_allocation_resubmits_without_the_node(cluster, tmp_path):
+    def fail_a_node():
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            path = tmp_path / "starts.jsonl"
+            if path.exists() and '"RANK": "1"' in path.read_text():
+                break
+            time.sleep(0.2)
+        starts = [json.loads(line) for line in (tmp_path / "starts.jsonl").read_text().splitlines()]
+        node = next(s["SLURMD_NODENAME"] for s in starts if s["RANK"] == "1")
+        # A crash: the node's slurmd is gone (so it cannot come back by itself) and it is down.
+        cluster.stop_slurmd(node)
+        cluster.run("scontrol", "update", f"NodeName={node}", "State=DOWN", "Reason=test-crash", check=True)
+        failed.append(node)
+
+    failed: list[str] = []
+    try:
+        # --no-requeue: Slurm would otherwise requeue the job itself (and the inner supervisor
+        # resume it); this exercises trainguard's own resubmission.
+        code, report, events, starts, output = submit_from_outside(
+            cluster, tmp_path, [{"round": 0, "do": "sleep", "seconds": 8}], "--enable-job-restart",
+            "--sbatch-option=--no-requeue", during=fail_a_node)
+    finally:
+        for node in failed:
+            cluster.start_slurmd(node)
+            cluster.run("scontrol", "update", f"NodeName={node}", "State=RESUME")
+    assert code == 0, output
+    assert report["status"] == "succeeded"
+    kinds = [e["type"] for e in events]
+    assert kinds.count("slurm_submitted") == 2 and "slurm_resubmitting" in kinds, kinds
+    (resubmit,) = [e for e in events if e["type"] == "slurm_resubmitting"]
+    assert "NODE_FAIL" in resubmit["message"] and resubmit["data"]["exclude"] == failed
+    second = {s["SLURMD_NODENAME"] for s in starts[2:]}
+    assert second and failed[0] not in second
+
+
+def test_a_user_error_outside_the_allocation_is_not_resubmitted(cluster, tmp_path):
+    code, report, events, _, output = submit_from_outside(
+        cluster, tmp_path, [{"rank": 0, "do": "fail", "say": "KeyError: 'labels'"}], "--enable-job-restart")
+    assert code == 1, output
+    assert report["status"] == "failed" and report["failure"]["error_code"] == "TG-USER-EXCEPTION"
+    assert [e["type"] for e in events].count("slurm_submitted") == 1

@@ -71,6 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--aimaster-args", default=None, metavar="STRING",
                      help='AIMaster-style arguments, e.g. "--job-execution-mode=Sync --enable-job-restart=True"')
     run.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
+    run.add_argument("--submit", action="store_true",
+                     help="with --adapter slurm, from outside an allocation: submit, watch, resubmit away from "
+                          "bad nodes")
+    run.add_argument("--sbatch-option", action="append", default=[], metavar="--NAME=VALUE",
+                     help="with --submit: an sbatch option (repeatable), e.g. --sbatch-option=--nodes=3")
     run.add_argument("--notify-webhook", action="append", default=[], metavar="URL",
                      help="POST every event as JSON to URL (repeatable)")
     _add_policy_flags(run)
@@ -121,6 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         stream=sys.stderr)
     console = console_for(sys.stdout)
     try:
+        if args.cmd == "run" and args.submit:
+            return _submit(args, args_in, command, console)
         if args.cmd == "run":
             return _run(args, command, console)
         if command:
@@ -140,6 +147,52 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TrainguardError as exc:
         sys.stderr.write(f"trainguard: error: {exc}\n")
         return exc.exit_code
+
+
+def _submit(args: argparse.Namespace, args_in: list[str], command: list[str], console: Console) -> int:
+    """``run --adapter slurm --submit``: the in-allocation supervisor, submitted and watched."""
+    if args.adapter != "slurm":
+        raise PolicyError("--submit", "works with --adapter slurm only")
+    if not command:
+        raise TrainguardError("run needs a command after --, e.g. trainguard run --nproc 2 -- python train.py")
+    policy = _policy_from(args)
+    state_dir = Path(args.state_dir or default_state_dir()).resolve()
+    job_id = args.job_id or time.strftime("tg-%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+    inner = _inner_run_options(args_in, job_id)
+    from trainguard.adapters.slurm_submit import SlurmSubmitter
+
+    submitter = SlurmSubmitter(job_id=job_id, script=lambda: _batch_script(inner, state_dir, command),
+                               state_dir=state_dir, policy=policy, sbatch_options=args.sbatch_option)
+    console.print(f"[bold]trainguard[/] job [cyan]{job_id}[/]: submitting to Slurm; history in {state_dir}")
+    status = submitter.run()
+    store = RunStore(state_dir)
+    try:
+        print_report(store.report(job_id), console)
+    except TrainguardError:
+        pass
+    finally:
+        store.close()
+    return 0 if status is JobStatus.SUCCEEDED else 1
+
+
+def _inner_run_options(args_in: list[str], job_id: str) -> list[str]:
+    """The ``run`` options as given, less the outside-only ones, with the job id pinned."""
+    start = args_in.index("run") + 1
+    end = args_in.index("--") if "--" in args_in else len(args_in)
+    out, tokens = [], args_in[start:end]
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if token == "--submit" or token.startswith("--sbatch-option=") or token.startswith("--adapter="):
+            i += 1
+        elif token in ("--sbatch-option", "--adapter", "--job-id"):
+            i += 2
+        elif token.startswith("--job-id="):
+            i += 1
+        else:
+            out.append(token)
+            i += 1
+    return ["--job-id", job_id, *out]
 
 
 def _subcommand(args: list[str]) -> str | None:

@@ -34,6 +34,10 @@ from trainguard.model import (
 )
 from trainguard.timefmt import iso_ms
 
+# A job that failed only because its supervisor stopped (a signal) or its scheduler would not
+# requeue it is resumed, not refused, by a supervisor started with the same job id.
+RESUMABLE_CODES = frozenset({"TG-INTERRUPTED", "TG-REQUEUE-REFUSED"})
+
 NETWORK_FILESYSTEMS = {"nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "fuse.glusterfs", "ceph", "beegfs"}
 
 SCHEMA = """
@@ -188,9 +192,7 @@ class RunStore:
             self._tx("INSERT INTO jobs VALUES (?, ?, ?, ?, ?, ?, NULL)",
                      (job_id, JobStatus.RUNNING.value, json.dumps(spec), json.dumps(policy), now, now))
             return False
-        failure = existing["failure"] or {}
-        resumable = existing["status"] is JobStatus.RUNNING or failure.get("error_code") == "TG-INTERRUPTED"
-        if not resumable:
+        if not is_resumable(existing):
             raise JobStateError(job_id, f"already {existing['status'].value}; choose another --job-id")
         self._tx("UPDATE jobs SET status = ?, policy = ?, updated_at = ?, failure = NULL WHERE job_id = ?",
                  (JobStatus.RUNNING.value, json.dumps(policy), now, job_id))
@@ -284,6 +286,12 @@ class RunStore:
         if job["failure"]:
             out["failure"] = _record_from_dict(job["failure"]).to_json()
         return out
+
+
+def is_resumable(job: Mapping[str, Any]) -> bool:
+    """Whether a job record (``RunStore.job``) may be taken up again by a new supervisor."""
+    failure = job["failure"] or {}
+    return job["status"] is JobStatus.RUNNING or failure.get("error_code") in RESUMABLE_CODES
 
 
 def default_state_dir() -> Path:

@@ -1,0 +1,204 @@
+"""Slurm from outside an allocation: submit, watch, resubmit away from bad nodes.
+
+``trainguard run --adapter slurm --submit ... -- COMMAND`` on a login node (or an Airflow
+worker) submits a batch script that runs COMMAND under ``trainguard run --adapter slurm`` (the
+in-allocation supervisor, which recovers tasks and nodes inside the allocation in a fraction
+of a second), then watches the Slurm job. Every submission runs as the same trainguard job id,
+so rounds, budgets and isolated nodes live in one history (``--state-dir`` must be on a
+filesystem the compute nodes share).
+
+When the allocation itself ends without the inner supervisor finishing (node failure, time
+limit, preemption, a cancel), that is a fault of the job as a whole: it is classified like any
+other (its Slurm state and reason, and the tail of the job's output), and a retryable one is
+answered by resubmitting with ``--exclude`` of the nodes the history isolated plus the failed
+node, within ``--max-num-of-job-restart``. Giving up (or Ctrl-C) cancels the job.
+
+Job state comes from ``squeue --json`` (both the 22.05 schema, where ``job_state`` is a string
+and ``exit_code`` a raw wait status, and newer ones, where they are lists and objects), then
+``scontrol show job`` text once the job has left the queue.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from trainguard.adapters.slurm import slurm_command
+from trainguard.errors import AdapterError
+from trainguard.hooks import PluginHost
+from trainguard.logtail import read_tail
+from trainguard.model import ErrorSource, Event, Fault, JobStatus
+from trainguard.policy import Policy
+from trainguard.store import RunStore, is_resumable
+
+log = logging.getLogger(__name__)
+
+FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
+            "BOOT_FAIL", "DEADLINE"}
+
+
+@dataclass(frozen=True)
+class SlurmJobState:
+    """What Slurm says of a job: its state, why, where it ran, and how it exited."""
+
+    state: str
+    reason: str = ""
+    nodes: str = ""
+    exit_code: int | None = None
+
+
+def parse_squeue_json(text: str, job_id: str) -> SlurmJobState | None:
+    """The job's state from ``squeue --json``: the 22.05 schema and newer ones alike."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    for job in data.get("jobs", []):
+        if str(job.get("job_id")) != str(job_id):
+            continue
+        state = job.get("job_state")
+        if isinstance(state, list):  # 23.02 and later: a list of flags, the first is the base state
+            state = state[0] if state else ""
+        exit_code = job.get("exit_code")
+        code: int | None
+        if isinstance(exit_code, dict):  # newer: {"status": [...], "return_code": {"number": N}}
+            number = exit_code.get("return_code")
+            code = number.get("number") if isinstance(number, dict) else number
+        elif isinstance(exit_code, int):  # 22.05: a raw wait status (exit 3 reads 768)
+            code = exit_code >> 8 if exit_code > 255 else exit_code
+        else:
+            code = None
+        return SlurmJobState(str(state or ""), str(job.get("state_reason") or ""), str(job.get("nodes") or ""), code)
+    return None
+
+
+def parse_scontrol_job(text: str) -> SlurmJobState | None:
+    """The job's state from ``scontrol show job --oneliner`` text."""
+    fields = dict(item.split("=", 1) for item in text.split() if "=" in item)
+    if "JobState" not in fields:
+        return None
+    exit_code = fields.get("ExitCode", "")
+    code = int(exit_code.split(":")[0]) if exit_code.split(":")[0].isdigit() else None
+    return SlurmJobState(fields["JobState"], fields.get("Reason", ""), fields.get("NodeList", ""), code)
+
+
+class SlurmSubmitter:
+    """Submit the wrapper, watch it, resubmit on allocation failures; see the module docstring."""
+
+    def __init__(self, *, job_id: str, script: Callable[[], str], state_dir: Path, policy: Policy,
+                 sbatch_options: Sequence[str] = (), host: PluginHost | None = None,
+                 env: Mapping[str, str] | None = None, poll: float = 2.0) -> None:
+        self.job_id = job_id
+        self.script = script
+        self.state_dir = state_dir
+        self.policy = policy
+        self.sbatch_options = list(sbatch_options)
+        self.host = host or PluginHost()
+        self.env = dict(env) if env is not None else None
+        self.poll = poll
+        self.slurm_job: str | None = None
+
+    def _slurm(self, *argv: str) -> str:
+        return slurm_command(*argv, env=self.env)
+
+    def _emit(self, store: RunStore, kind: str, message: str, data: Mapping[str, Any] | None = None) -> None:
+        event = Event(self.job_id, kind, time.time(), message, data=dict(data or {}))
+        store.add_event(event)
+        self.host.notify(event)
+
+    def submit(self, exclude: Sequence[str]) -> str:
+        folder = self.state_dir / "sbatch"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{self.job_id}.sh"
+        path.write_text(self.script())
+        path.chmod(0o755)
+        options = [*self.sbatch_options, f"--output={folder / (self.job_id + '.%j.out')}"]
+        if exclude:
+            options.append(f"--exclude={','.join(sorted(exclude))}")
+        self.slurm_job = self._slurm("sbatch", "--parsable", *options, str(path)).strip().split(";")[0]
+        return self.slurm_job
+
+    def state(self, slurm_job: str) -> SlurmJobState:
+        found = parse_squeue_json(self._slurm("squeue", "--json", f"--jobs={slurm_job}"), slurm_job)
+        if found is not None and found.state and (found.nodes or found.state not in FINISHED):
+            return found
+        text = self._slurm("scontrol", "show", "job", slurm_job, "--oneliner")
+        found = parse_scontrol_job(text)
+        if found is None:
+            raise AdapterError("slurm", f"cannot read the state of job {slurm_job}")
+        return found
+
+    def cancel(self) -> None:
+        if self.slurm_job:
+            try:
+                self._slurm("scancel", self.slurm_job)
+            except AdapterError as exc:
+                log.warning("[%s] could not cancel Slurm job %s: %s", self.job_id, self.slurm_job, exc)
+
+    def run(self) -> JobStatus:
+        store = RunStore(self.state_dir)
+        try:
+            resubmits = 0
+            exclude: set[str] = set()
+            required: set[str] = set()
+            while True:
+                try:
+                    slurm_job = self.submit(exclude)
+                except AdapterError:
+                    if exclude == required:
+                        raise
+                    # The isolated nodes are trainguard's judgement; the down ones are Slurm's.
+                    # When both cannot be left out, leave out what Slurm says is broken.
+                    log.warning("[%s] cannot submit without %s; submitting without %s only", self.job_id,
+                                ",".join(sorted(exclude)), ",".join(sorted(required)) or "any node")
+                    exclude = required
+                    slurm_job = self.submit(exclude)
+                self._emit(store, "slurm_submitted", f"Slurm job {slurm_job}"
+                           f"{' excluding ' + ','.join(sorted(exclude)) if exclude else ''}",
+                           {"slurm_job": slurm_job, "exclude": sorted(exclude)})
+                final = self._watch(slurm_job)
+                job = store.job(self.job_id)
+                if job is not None and not is_resumable(job):
+                    return job["status"]
+                out = self.state_dir / "sbatch" / f"{self.job_id}.{slurm_job}.out"
+                message = f"Slurm job {slurm_job} ended {final.state}" + (
+                    f" ({final.reason})" if final.reason and final.reason != "None" else "")
+                fault = Fault(ErrorSource.EVENT, time.time(), node=final.nodes or None, message=message)
+                verdict = self.host.classify(fault, read_tail(out, self.policy.log_tail_bytes), self.policy)
+                history = store.history(self.job_id)
+                required = self._unhealthy(final.nodes) if verdict.node_fault and final.nodes else set()
+                exclude = set(history.isolated_nodes) | required
+                budget = self.policy.max_num_of_job_restart - history.budget_used - resubmits
+                if not verdict.retryable or budget <= 0:
+                    why = "not retryable" if not verdict.retryable else "restart budget exhausted"
+                    self._emit(store, "job_failed", f"{message}: {verdict.fault_code}, {why}",
+                               {"slurm_job": slurm_job, "error_code": verdict.fault_code})
+                    return JobStatus.FAILED
+                resubmits += 1
+                self._emit(store, "slurm_resubmitting", f"{message}: {verdict.fault_code}; resubmitting",
+                           {"slurm_job": slurm_job, "error_code": verdict.fault_code, "exclude": sorted(exclude)})
+        except KeyboardInterrupt:
+            self.cancel()
+            raise
+        finally:
+            store.close()
+
+    def _unhealthy(self, nodes: str) -> set[str]:
+        """Which of ``nodes`` Slurm now has down, drained, failing or not responding."""
+        text = self._slurm("sinfo", "--noheader", "--nodes", nodes, "--Node", "--format=%N %t")
+        bad = ("down", "drain", "drng", "fail", "maint", "unk", "npc", "boot")
+        return {line.split()[0] for line in text.splitlines()
+                if len(line.split()) == 2 and (line.split()[1].rstrip("*~#!%$@^-").startswith(bad)
+                                                or line.split()[1].endswith("*"))}
+
+    def _watch(self, slurm_job: str) -> SlurmJobState:
+        while True:
+            state = self.state(slurm_job)
+            if state.state in FINISHED:
+                return state
+            time.sleep(self.poll)
+

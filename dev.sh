@@ -49,6 +49,7 @@ case "${1:-}" in
     bench)
         setup
         for script in bench/*.py; do
+            case "$script" in *_worker.py) continue ;; esac  # run by the benchmarks, not alone
             echo "== $script"
             "$VENV/bin/python" "$script"
         done

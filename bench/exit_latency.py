@@ -11,6 +11,7 @@ moment ``kill()`` returned. Prints median, p99 and max over the kills.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sqlite3
@@ -47,6 +48,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--kills", type=int, default=60)
     args = parser.parse_args()
+    logging.basicConfig(level=logging.ERROR)  # the figures, not the supervisor's event log
     work = Path(tempfile.mkdtemp(prefix="tg-bench-exit-"))
     spec = JobSpec(job_id="latency", command=("sh", "-c", RANK), nproc=4, env={"D": str(work)}, cwd=str(work))
     policy = build_policy({"job_execution_mode": "Async", "max_num_of_same_error": 100_000, "failure_window": 0.01,

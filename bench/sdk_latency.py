@@ -10,6 +10,7 @@ as a pidfd does for exits). Prints median, p99 and max.
 from __future__ import annotations
 
 import argparse
+import logging
 import sqlite3
 import statistics
 import sys
@@ -36,6 +37,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--messages", type=int, default=100)
     args = parser.parse_args()
+    logging.basicConfig(level=logging.ERROR)  # the figures, not the supervisor's event log
     work = Path(tempfile.mkdtemp(prefix="tg-bench-sdk-"))
     repo = str(Path(__file__).resolve().parents[1])
     spec = JobSpec(job_id="sdk", command=(sys.executable, "-c", RANK, str(args.messages)), nproc=2,

@@ -101,6 +101,15 @@ def test_json_round_trip():
     assert Policy.from_json(p.to_json()) == p
 
 
+def test_c4d_parameters_are_accepted_for_compatibility(caplog):
+    p = build_policy(parse_aimaster_args("--enable-job-hang-detection=True --enable-c4d-hang-detection=True "
+                                         "--c4d-log-level=info --c4d-common-envs=C4D_HANG_TIMEOUT=1,C4D_HANG_TIMES=2"))
+    assert p.enable_c4d_hang_detection and p.c4d_log_level == "Info"
+    assert p.c4d_common_envs == "C4D_HANG_TIMEOUT=1,C4D_HANG_TIMES=2"
+    with pytest.raises(PolicyError, match="--c4d-log-level: 'loud' is not one of Info, Warning, Error"):
+        build_policy({"c4d_log_level": "loud"})
+
+
 def test_aimaster_string_errors():
     with pytest.raises(PolicyError, match="expected --name=value"):
         parse_aimaster_args("job-hang-interval=5")

@@ -107,6 +107,10 @@ class Supervisor:
         self._pending_signal: int | None = None
         self._in_wait = False
         self._sync = policy.job_execution_mode is ExecutionMode.SYNC
+        if policy.enable_c4d_hang_detection:
+            log.warning("[%s] --enable-c4d-hang-detection: C4D needs Alibaba's ACCL library and is not available; "
+                        "trainguard takes stack snapshots of hung ranks and finds slow ranks from SDK step reports "
+                        "instead", spec.job_id)
         if not self._sync and (policy.enable_job_hang_detection or policy.enable_job_exit_hang_detection):
             log.warning("[%s] hang and exit-hang detection support only Sync jobs (AIMaster); ignored",
                         spec.job_id)

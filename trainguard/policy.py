@@ -84,6 +84,13 @@ def _keywords(value: Any) -> tuple[str, ...]:
     return keywords
 
 
+def _choice_of(text: Any, allowed: tuple[str, ...]) -> str:
+    for value in allowed:
+        if value.lower() == str(text).strip().lower():
+            return value
+    raise ValueError(f"{text!r} is not one of {', '.join(allowed)}")
+
+
 def _choice(enum_type: Any) -> Callable[[Any], Any]:
     return enum_type.parse
 
@@ -99,6 +106,10 @@ class Policy:
     # AIMaster runtime configuration (no instance has failed).
     enable_job_hang_detection: bool = False
     job_hang_interval: float = 1800
+    # Accepted so AIMaster strings work unchanged; C4D needs Alibaba's ACCL (see the engine's warning).
+    enable_c4d_hang_detection: bool = False
+    c4d_log_level: str = "Warning"
+    c4d_common_envs: str = ""
     enable_job_exit_hang_detection: bool = False
     job_exit_hang_interval: float = 600
     # AIMaster fault tolerance configuration (an instance has failed).
@@ -151,6 +162,9 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "max_num_of_job_restart": _non_negative_int,
     "enable_job_hang_detection": _parse_bool,
     "job_hang_interval": _positive(float),
+    "enable_c4d_hang_detection": _parse_bool,
+    "c4d_log_level": lambda text: _choice_of(text, ("Info", "Warning", "Error")),
+    "c4d_common_envs": str,
     "enable_job_exit_hang_detection": _parse_bool,
     "job_exit_hang_interval": _positive(float),
     "fault_tolerant_policy": _choice(FaultTolerantPolicy),

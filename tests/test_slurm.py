@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -48,7 +47,7 @@ def submit(cluster, tmp_path, plan, *options, nodes=3, nproc=2, run_nodes=2, tim
                       f"{' '.join(options)} -- {sys.executable} {RANK_SCRIPT}\n")
     env = {**cluster.env, "TG_PLAN": json.dumps(plan), "TG_RECORD": str(tmp_path / "starts.jsonl"),
            "PYTHONPATH": str(REPO), "TG_WORK": "0.5"}
-    out = subprocess.run(["sbatch", f"--nodes={nodes}", "--parsable", f"--open-mode=append",
+    out = subprocess.run(["sbatch", f"--nodes={nodes}", "--parsable", "--open-mode=append",
                           f"--output={tmp_path / 'batch.out'}", *sbatch, str(script)],
                          env=env, capture_output=True, text=True, check=True)
     job = out.stdout.strip().split(";")[0]

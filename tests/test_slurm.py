@@ -124,6 +124,23 @@ def test_no_spare_left_requeues_without_the_bad_node_and_keeps_the_history(clust
     assert report["restarts"] == 1, "the budget used before the requeue is still counted"
 
 
+def test_the_sdk_works_unchanged_under_slurm(cluster, tmp_path):
+    script = tmp_path / "sdk.sh"
+    code = ("from trainguard import job_monitor as jm; import os; "
+            "jm.Monitor().send_custom_message(content='hello from ' + os.environ['SLURMD_NODENAME'])")
+    script.write_text(f"#!/bin/bash\nexec {sys.executable} -m trainguard --log-level WARNING run --adapter slurm "
+                      f"--nproc 2 --nodes 2 --state-dir {tmp_path / 'state'} -- {sys.executable} -c \"{code}\"\n")
+    out = subprocess.run(["sbatch", "--nodes=2", "--parsable", "--wait", f"--output={tmp_path / 'out.txt'}",
+                          str(script)], env={**cluster.env, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+                         timeout=90)
+    job = out.stdout.strip().split(";")[0]
+    store = RunStore(tmp_path / "state")
+    messages = sorted(e["message"] for e in store.events(f"slurm-{job}") if e["type"] == "sdk_message")
+    store.close()
+    nodes = {m.removeprefix("hello from ") for m in messages}
+    assert len(messages) == 2 and len(nodes) == 2 and nodes <= {"tg1", "tg2", "tg3"}, (tmp_path / "out.txt").read_text()
+
+
 def test_a_hang_is_caught_with_stacks_taken_inside_the_allocation(cluster, tmp_path):
     plan = [{"round": 0, "do": "hang"}]
     report, _, batch = submit(cluster, tmp_path, plan, "--enable-job-restart", "--enable-job-hang-detection",

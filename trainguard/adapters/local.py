@@ -77,6 +77,8 @@ class _Channel:
 
     def read(self) -> list[dict]:
         try:
+            if os.stat(self.path).st_size <= self.offset:
+                return []
             with open(self.path, "rb") as handle:
                 handle.seek(self.offset)
                 data = handle.read()
@@ -297,8 +299,12 @@ class LocalAdapter:
                 self._guard(f"+{standby.pid}")
                 self._standbys.append(standby)
 
+    # Whether every SDK write happens on this host, so that inotify sees it. Ranks on other
+    # hosts write over a network filesystem, which inotify does not report.
+    writes_are_local = True
+
     def sdk_records(self) -> list[tuple[int, dict]]:
-        if self._watch is not None and not self._sdk_pending:
+        if self._watch is not None and self.writes_are_local and not self._sdk_pending:
             return []
         self._sdk_pending = False
         return [(rank, record) for rank, channel in self._channels.items() for record in channel.read()]

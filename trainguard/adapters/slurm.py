@@ -84,6 +84,9 @@ class SlurmAdapter(LocalAdapter):
     environment Slurm gives the batch script)."""
 
     name = "slurm"
+    # Ranks on other nodes append to their channel files over the shared filesystem: read them
+    # every loop tick (a size check when nothing is new) instead of waiting for inotify.
+    writes_are_local = False
 
     def __init__(self, *, spec: JobSpec, log_dir: str | Path, policy: Policy | None = None,
                  base_env: Mapping[str, str] | None = None, slurm_job_id: str | None = None,

@@ -28,6 +28,8 @@ def tg(*args: str, cwd: Path | None = None, env: dict | None = None) -> subproce
     (["run", "--adapter", "nomad", "--", "true"], "nomad: no such adapter (known: local, slurm)"),
     (["run", "--nproc", "2"], "run needs a command after --"),
     (["run", "--env", "NOEQUALS", "--", "true"], "--env: 'NOEQUALS' is not KEY=VALUE"),
+    (["run", "--events-file", "/proc/nope/events.jsonl", "--", "true"],
+     "--events-file /proc/nope/events.jsonl: No such file or directory"),
     (["history", "nope"], "no run history in"),
     (["classify", "/nonexistent.log"], "/nonexistent.log: no such file"),
     (["classify", "x", "--signal", "SIGNOPE"], "'SIGNOPE' is not a signal"),
@@ -78,6 +80,14 @@ def test_failed_job_exits_1_with_a_failure_object(tmp_path):
     report = json.loads(tg("history", "cli-2", "--state-dir", str(tmp_path / "st"), "--json").stdout)
     assert report["status"] == "failed" and report["rounds"] == []
     assert report["failure"]["action"] == "fail" and report["failure"]["error_code"] == "TG-USER-EXCEPTION"
+
+
+def test_a_command_that_cannot_start_is_a_recorded_failure(tmp_path):
+    result = tg("run", "--job-id", "missing", "--state-dir", "st", "--", "/nonexistent/train", cwd=tmp_path)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    report = json.loads(tg("history", "missing", "--state-dir", str(tmp_path / "st"), "--json").stdout)
+    assert report["failure"]["error_code"] == "TG-START-FAILED"
+    assert "cannot start '/nonexistent/train': No such file or directory" in report["failure"]["reason"]
 
 
 def test_classify_contract(tmp_path):

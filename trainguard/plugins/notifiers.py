@@ -20,6 +20,7 @@ from typing import Collection, Mapping
 
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
+from trainguard.errors import TrainguardError
 from trainguard.hooks.markers import hookimpl
 from trainguard.model import Event
 
@@ -40,7 +41,11 @@ class JsonLinesNotifier:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644))
+        except OSError as exc:
+            raise TrainguardError(f"--events-file {path}: {exc.strerror}") from None
         self._lock = threading.Lock()
 
     @hookimpl

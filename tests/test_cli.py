@@ -34,6 +34,7 @@ def tg(*args: str, cwd: Path | None = None, env: dict | None = None) -> subproce
     (["classify", "/nonexistent.log"], "/nonexistent.log: no such file"),
     (["classify", "x", "--signal", "SIGNOPE"], "'SIGNOPE' is not a signal"),
     (["frobnicate"], "invalid choice"),
+    (["--log-level", "loud", "history"], "argument --log-level: invalid choice: 'LOUD'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     if args[:2] == ["classify", "x"]:

@@ -55,7 +55,10 @@ def _add_policy_flags(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="trainguard", description="Fault tolerance for distributed training jobs.")
-    parser.add_argument("--log-level", default=os.environ.get("TRAINGUARD_LOG_LEVEL", "INFO"))
+    levels = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+    default_level = os.environ.get("TRAINGUARD_LOG_LEVEL", "INFO").upper()
+    parser.add_argument("--log-level", type=str.upper, choices=levels,
+                        default=default_level if default_level in levels else "INFO")
     sub = parser.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
 
     run = sub.add_parser("run", help="supervise COMMAND as --nproc ranks: trainguard run [options] -- COMMAND ...")
@@ -122,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args_in, command = args_in[:cut], args_in[cut + 1:]
     parser = build_parser()
     args = parser.parse_args(_join_aimaster_args(args_in))
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
     console = console_for(sys.stdout)
     try:

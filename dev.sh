@@ -49,7 +49,7 @@ case "${1:-}" in
     bench)
         setup
         for script in bench/*.py; do
-            case "$script" in *_worker.py) continue ;; esac  # run by the benchmarks, not alone
+            case "$script" in *_worker.py|*/latency.py) continue ;; esac  # helpers of the benchmarks
             echo "== $script"
             "$VENV/bin/python" "$script"
         done

@@ -15,7 +15,6 @@ import logging
 import os
 import signal
 import sqlite3
-import statistics
 import sys
 import tempfile
 import threading
@@ -24,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from latency import summary  # noqa: E402  (bench/latency.py, beside this script)
 from trainguard.engine import supervise  # noqa: E402
 from trainguard.model import JobSpec  # noqa: E402
 from trainguard.policy import build_policy  # noqa: E402
@@ -77,11 +77,8 @@ def main() -> None:
     for rank, killed_at in kills:
         latencies.append((detected[rank][seen[rank]] - killed_at) * 1000)
         seen[rank] += 1
-    latencies.sort()
-    p99 = latencies[min(len(latencies) - 1, int(round(0.99 * (len(latencies) - 1))))]
     print(f"exit-detection latency over {len(latencies)} kills (4-rank job, local adapter, pidfd wait):")
-    print(f"  median {statistics.median(latencies):.2f} ms   p99 {p99:.2f} ms   max {latencies[-1]:.2f} ms   "
-          f"(goal: median <= 20 ms, p99 <= 100 ms)")
+    print(f"  {summary(latencies)}   (goal: median <= 20 ms, p99 <= 100 ms)")
 
 
 if __name__ == "__main__":

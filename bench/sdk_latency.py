@@ -12,13 +12,13 @@ from __future__ import annotations
 import argparse
 import logging
 import sqlite3
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from latency import summary  # noqa: E402  (bench/latency.py, beside this script)
 from trainguard.engine import supervise  # noqa: E402
 from trainguard.model import JobSpec  # noqa: E402
 from trainguard.policy import build_policy  # noqa: E402
@@ -44,11 +44,9 @@ def main() -> None:
                    env={"PYTHONPATH": repo}, cwd=str(work))
     supervise(spec, build_policy({}), state_dir=work / "state")
     db = sqlite3.connect(work / "state" / "trainguard.sqlite")
-    latencies = sorted((at - float(message)) * 1000 for at, message in
-                       db.execute("SELECT at, message FROM events WHERE type = 'sdk_message'"))
-    p99 = latencies[min(len(latencies) - 1, int(round(0.99 * (len(latencies) - 1))))]
-    print(f"SDK record -> supervisor over {len(latencies)} messages (2 ranks, inotify wake-up): median "
-          f"{statistics.median(latencies):.2f} ms, p99 {p99:.2f} ms, max {latencies[-1]:.2f} ms")
+    latencies = [(at - float(message)) * 1000 for at, message in
+                 db.execute("SELECT at, message FROM events WHERE type = 'sdk_message'")]
+    print(f"SDK record -> supervisor over {len(latencies)} messages (2 ranks, inotify wake-up): {summary(latencies)}")
 
 
 if __name__ == "__main__":

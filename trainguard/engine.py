@@ -247,6 +247,10 @@ class Supervisor:
             self._emit("instance_succeeded", f"rank {exit_.rank} exited 0", rank=exit_.rank,
                        node=instance.node if instance else None)
             return None
+        return self._exit_fault(exit_)
+
+    def _exit_fault(self, exit_: Exit) -> Fault:
+        instance = self.instances.get(exit_.rank)
         return Fault(ErrorSource.EXIT_CODE, exit_.at, rank=exit_.rank,
                      node=instance.node if instance else None, exit_code=exit_.exit_code,
                      message=_describe_exit(exit_.exit_code),
@@ -398,12 +402,8 @@ class Supervisor:
     def _stop(self, ranks: Sequence[int], incident: Incident) -> None:
         """Stop ranks; any that exit non-zero before being stopped join the incident's evidence."""
         for exit_ in self.adapter.stop(ranks, self.policy.stop_grace_period):
-            instance = self.instances.get(exit_.rank)
             if exit_.exit_code not in (0, -signal.SIGTERM, -signal.SIGKILL):
-                self.store.add_fault(self.job_id, Fault(
-                    ErrorSource.EXIT_CODE, exit_.at, rank=exit_.rank, node=instance.node if instance else None,
-                    exit_code=exit_.exit_code, message=_describe_exit(exit_.exit_code)),
-                    None, self.restart_round, counted=False)
+                self.store.add_fault(self.job_id, self._exit_fault(exit_), None, self.restart_round, counted=False)
 
     def _start(self, ranks: list[int], counts: Mapping[int, tuple[int, int]], *, replace_all: bool,
                round_no: int = 0, fresh_rendezvous: bool = True) -> bool:

@@ -170,10 +170,6 @@ class Instance:
     pid: int | None = None
     log_path: str | None = None
 
-    @property
-    def name(self) -> str:
-        return f"rank-{self.rank}"
-
 
 @dataclass(frozen=True)
 class Fault:
@@ -379,7 +375,6 @@ class History:
     rounds: tuple[RoundRecord, ...] = ()
     ledger: tuple[NodeFaultEntry, ...] = ()
     same_error_counts: Mapping[tuple[int, str], int] = field(default_factory=dict)
-    failed_ranks: frozenset[int] = frozenset()
 
     @property
     def budget_used(self) -> int:

@@ -260,18 +260,14 @@ class RunStore:
             for rank, code, n in self._tx(
                 "SELECT rank, fault_code, COUNT(*) FROM faults WHERE job_id = ? AND counted = 1 "
                 "AND rank IS NOT NULL GROUP BY rank, fault_code", (job_id,))}
-        failed = frozenset(
-            row[0] for row in self._tx(
-                "SELECT DISTINCT rank FROM faults WHERE job_id = ? AND counted = 1 AND rank IS NOT NULL",
-                (job_id,)))
-        return History(rounds=tuple(self.rounds(job_id)), ledger=ledger, same_error_counts=counts,
-                       failed_ranks=failed)
+        return History(rounds=tuple(self.rounds(job_id)), ledger=ledger, same_error_counts=counts)
 
     def report(self, job_id: str) -> dict[str, Any]:
         """The ``trainguard history --json`` object (DESIGN.md contract)."""
         job = self.job(job_id)
         if job is None:
             raise JobStateError(job_id, f"no such job in {self.path}")
+        rounds = self.rounds(job_id)
         out: dict[str, Any] = {
             "job_id": job_id,
             "status": job["status"].value,
@@ -280,8 +276,8 @@ class RunStore:
             "command": job["spec"].get("command"),
             "nproc": job["spec"].get("nproc"),
             "nodes": job["spec"].get("nodes"),
-            "restarts": sum(1 for r in self.rounds(job_id) if r.consumes_budget),
-            "rounds": [r.to_json() for r in self.rounds(job_id)],
+            "restarts": sum(1 for r in rounds if r.consumes_budget),
+            "rounds": [r.to_json() for r in rounds],
         }
         if job["failure"]:
             out["failure"] = _record_from_dict(job["failure"]).to_json()

@@ -100,6 +100,7 @@ class SlurmAdapter(LocalAdapter):
         self.slurm_env = env
         self._addresses: dict[str, str] = {}
         self._rank_nodes: dict[int, str] = {}
+        self._step_names: dict[int, str] = {}
         self.drain = bool(policy and policy.drain_bad_nodes)
         self._srun = shutil.which("srun", path=env.get("PATH")) or "srun"
         # A step is its own process tree on another node: a spare interpreter here cannot become it.
@@ -172,15 +173,10 @@ class SlurmAdapter(LocalAdapter):
         return {name: step for step, name in (line.split(None, 1) for line in text.splitlines() if " " in line)}
 
     def _rank_steps(self, ranks: Sequence[int]) -> dict[int, str]:
-        names = {self._procs[r].log_path: r for r in ranks if r in self._procs}
+        """Step ids of the running ranks, found by the step names given at launch."""
         by_name = self._steps()
-        out = {}
-        for log_path, rank in names.items():
-            restart_round = int(Path(log_path).parent.name.split("-")[1])
-            step = by_name.get(self._step_name(rank, restart_round))
-            if step:
-                out[rank] = step
-        return out
+        steps = {rank: by_name.get(self._step_names[rank]) for rank in ranks if rank in self._procs}
+        return {rank: step for rank, step in steps.items() if step}
 
     def stop(self, ranks: Sequence[int], grace: float) -> list[Exit]:
         targets = [rank for rank in ranks if rank in self._procs]
@@ -210,5 +206,7 @@ class SlurmAdapter(LocalAdapter):
                                          "--ntasks=1", f"--nodelist={node}", "sh", "-c", script])]
 
     def start(self, launches: Sequence[Launch]) -> dict[int, Instance]:
-        self._rank_nodes.update({launch.instance.rank: launch.instance.node for launch in launches})
+        for launch in launches:
+            self._rank_nodes[launch.instance.rank] = launch.instance.node
+            self._step_names[launch.instance.rank] = self._step_name(launch.instance.rank, launch.restart_round)
         return super().start(launches)

@@ -162,9 +162,9 @@ def _submit(args: argparse.Namespace, args_in: list[str], command: list[str], co
     state_dir = Path(args.state_dir or default_state_dir()).resolve()
     job_id = args.job_id or time.strftime("tg-%Y%m%d-%H%M%S-") + secrets.token_hex(2)
     inner = _inner_run_options(args_in, job_id)
-    from trainguard.adapters.slurm_submit import SlurmSubmitter
+    from trainguard.adapters.slurm_submit import SlurmSubmitter, batch_script
 
-    submitter = SlurmSubmitter(job_id=job_id, script=lambda: _batch_script(inner, state_dir, command),
+    submitter = SlurmSubmitter(job_id=job_id, script=lambda: batch_script(inner, state_dir, command),
                                state_dir=state_dir, policy=policy, sbatch_options=args.sbatch_option)
     console.print(f"[bold]trainguard[/] job [cyan]{job_id}[/]: submitting to Slurm; history in {state_dir}")
     status = submitter.run()
@@ -225,7 +225,9 @@ def _sbatch_main(args_in: list[str]) -> int:
             raise TrainguardError("sbatch needs a command after --, e.g. trainguard sbatch --nproc 4 -- "
                                   "--nodes=3 python train.py")
         state_dir = Path(checked.state_dir or default_state_dir()).resolve()
-        script = _batch_script(run_options, state_dir, tail)
+        from trainguard.adapters.slurm_submit import batch_script
+
+        script = batch_script(run_options, state_dir, tail)
         if dry_run:
             print(script, end="")
             return 0
@@ -243,20 +245,6 @@ def _sbatch_main(args_in: list[str]) -> int:
     print(f"submitted Slurm job {job}; trainguard job slurm-{job}; history: trainguard history slurm-{job} "
           f"--state-dir {state_dir}")
     return 0
-
-
-def _batch_script(run_options: list[str], state_dir: Path, command: list[str]) -> str:
-    import shlex
-
-    given = any(o == "--state-dir" or o.startswith("--state-dir=") for o in run_options)
-    # The script starts in this directory, so a relative --state-dir means the same there.
-    where = [] if given else ["--state-dir", str(state_dir)]
-    argv = [sys.executable, "-m", "trainguard", "run", "--adapter", "slurm", *where, *run_options, "--", *command]
-    return ("#!/bin/bash\n"
-            "# Written by trainguard sbatch: the command runs under trainguard's supervision, as srun steps\n"
-            "# of this allocation; a requeue resumes the same trainguard job (slurm-$SLURM_JOB_ID).\n"
-            f"cd {shlex.quote(os.getcwd())}\n"
-            f"exec {shlex.join(argv)}\n")
 
 
 def _join_aimaster_args(args: list[str]) -> list[str]:

@@ -139,7 +139,8 @@ class Supervisor:
                 return JobStatus.FAILED
             return self._loop()
         except SupervisorInterrupted as exc:
-            self._give_up("TG-INTERRUPTED", f"supervisor {exc}; resume with the same --job-id", str(exc))
+            self._give_up("TG-INTERRUPTED", f"supervisor {exc}; resume with the same --job-id", str(exc),
+                          transient=True)
             raise
         finally:
             self._restore_signal_handlers(previous)
@@ -311,7 +312,7 @@ class Supervisor:
             self._stop(list(self.adapter.running()), incident)
             stages["stop"] = self.clock.mono() - t
             self._finish_failed(replace(self._failure_record(root, decision, verdict=verdict, stages=stages),
-                                        stacks=stacks))
+                                        stacks=stacks, transient=decision.transient))
             return JobStatus.FAILED
 
         self.restart_round += 1
@@ -384,7 +385,7 @@ class Supervisor:
                                       result=RoundResult.REQUEUED if requeued else RoundResult.FAILED))
         if not requeued:
             self._give_up("TG-REQUEUE-REFUSED", f"{decision.reason}; the scheduler refused the requeue",
-                          "requeue refused")
+                          "requeue refused", transient=True)
             return JobStatus.FAILED
         self._emit("job_requeued", f"round {record.round}: {decision.reason}", round_no=record.round,
                    data={"isolated": sorted(self.isolated)})
@@ -413,7 +414,7 @@ class Supervisor:
         try:
             placement = self.adapter.place(moving, current, self.isolated)
         except AdapterError as exc:
-            self._give_up("TG-NO-CAPACITY", f"cannot place the job: {exc}", str(exc))
+            self._give_up("TG-NO-CAPACITY", f"cannot place the job: {exc}", str(exc), transient=True)
             return False
         if fresh_rendezvous:
             self.master = self.adapter.rendezvous(placement)
@@ -437,7 +438,7 @@ class Supervisor:
         try:
             started = self.adapter.start(launches)
         except AdapterError as exc:
-            self._give_up("TG-START-FAILED", f"cannot start the job: {exc}", str(exc))
+            self._give_up("TG-START-FAILED", f"cannot start the job: {exc}", str(exc), transient=not exc.permanent)
             return False
         self.instances.update(started)
         now = self.clock.wall()
@@ -484,7 +485,8 @@ class Supervisor:
             error_message=_message(root, verdict), error_source=root.source, action=Action.FAIL,
             started_at=root.detected_at, result=RoundResult.FAILED, node=(verdict.node if verdict else None) or root.node,
             instance=root.instance, stages=dict(stages or {}), consumes_budget=False,
-            user_error=bool(verdict and verdict.user_error), node_fault=bool(verdict and verdict.node_fault))
+            user_error=bool(verdict and verdict.user_error), node_fault=bool(verdict and verdict.node_fault),
+            transient=decision.transient)
 
     def _advise(self, tail: str) -> None:
         """Once per job: the hang interval a collective timeout in the log calls for (seed 000)."""
@@ -499,16 +501,17 @@ class Supervisor:
                    f"(150-200 s below it; now {current}) so hangs are caught, with stacks, before the watchdog "
                    "kills the job", data={"collective_timeout": timeout, "advised_interval": interval})
 
-    def _give_up(self, error_code: str, reason: str, message: str) -> None:
+    def _give_up(self, error_code: str, reason: str, message: str, *, transient: bool = False) -> None:
         """Fail the job for a reason that is no instance's fault: capacity, start-up, a signal."""
         self._finish_failed(self._failure_record(
             Fault(ErrorSource.EVENT, self.clock.wall(), message=message),
-            Decision(Action.FAIL, reason, consumes_budget=False), error_code=error_code))
+            Decision(Action.FAIL, reason, consumes_budget=False, transient=transient), error_code=error_code))
 
     def _finish_failed(self, failure: RoundRecord) -> None:
         self.store.finish_job(self.job_id, JobStatus.FAILED, failure)
         self._emit("job_failed", f"{failure.error_code}: {failure.reason}",
-                   data={"error_code": failure.error_code, "error_message": failure.error_message})
+                   data={"error_code": failure.error_code, "error_message": failure.error_message,
+                         "transient": failure.transient})
 
     def _emit(self, kind: str, message: str = "", *, round_no: int | None = None, rank: int | None = None,
               node: str | None = None, data: Mapping[str, Any] | None = None) -> None:

@@ -232,6 +232,11 @@ class Decision:
     ``consumes_budget`` is False for recoveries that seed 002 says are free (in-place recovery,
     restart upon suspension); ``isolate`` lists nodes to keep out from now on; ``ranks`` limits
     an instance-level action to those ranks.
+
+    ``transient`` marks a ``fail`` that a later attempt of the same job could get past (no spare
+    capacity now, restarts left to an outer layer such as Airflow's retries): the job may be
+    resumed under its id with its budgets intact. Other failures are permanent: user code, a
+    budget spent, a fault repeated too often.
     """
 
     action: Action
@@ -241,6 +246,7 @@ class Decision:
     ranks: tuple[int, ...] = ()
     unconditional: bool = False
     strategy: str = ""
+    transient: bool = False
 
 
 @dataclass(frozen=True)
@@ -330,6 +336,7 @@ class RoundRecord:
     node_fault: bool = False
     isolated: tuple[str, ...] = ()
     stacks: tuple[Mapping[str, Any], ...] = ()
+    transient: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """The record as ``trainguard history --json`` prints it (DESIGN.md contract)."""
@@ -350,6 +357,8 @@ class RoundRecord:
         }
         if self.error_source in (ErrorSource.HANG, ErrorSource.EXIT_HANG):
             out["stacks"] = [dict(group) for group in self.stacks]
+        if self.action is Action.FAIL:
+            out["transient"] = self.transient
         return out
 
 

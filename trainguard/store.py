@@ -35,7 +35,8 @@ from trainguard.model import (
 from trainguard.timefmt import iso_ms
 
 # A job that failed only because its supervisor stopped (a signal) or its scheduler would not
-# requeue it is resumed, not refused, by a supervisor started with the same job id.
+# requeue it is resumed, not refused, by a supervisor started with the same job id; so is any
+# failure recorded as transient. (The codes cover histories written before ``transient``.)
 RESUMABLE_CODES = frozenset({"TG-INTERRUPTED", "TG-REQUEUE-REFUSED"})
 
 NETWORK_FILESYSTEMS = {"nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "fuse.glusterfs", "ceph", "beegfs"}
@@ -241,11 +242,12 @@ class RunStore:
                  (event.job_id, event.type, event.at, event.round, event.rank, event.node,
                   event.message, json.dumps(dict(event.data))))
 
-    def events(self, job_id: str) -> Iterator[dict[str, Any]]:
-        rows = self._tx("SELECT type, at, round, rank, node, message, data FROM events WHERE job_id = ? "
-                        "ORDER BY id", (job_id,))
-        for kind, at, round_no, rank, node, message, data in rows:
-            yield {"type": kind, "at": iso_ms(at), "round": round_no, "rank": rank, "node": node,
+    def events(self, job_id: str, after: int = 0) -> Iterator[dict[str, Any]]:
+        """The job's events in order; ``after`` skips those up to that ``id`` (a reader's cursor)."""
+        rows = self._tx("SELECT id, type, at, round, rank, node, message, data FROM events "
+                        "WHERE job_id = ? AND id > ? ORDER BY id", (job_id, after))
+        for event_id, kind, at, round_no, rank, node, message, data in rows:
+            yield {"id": event_id, "type": kind, "at": iso_ms(at), "round": round_no, "rank": rank, "node": node,
                    "message": message, "data": json.loads(data or "{}")}
 
     def history(self, job_id: str) -> History:
@@ -287,7 +289,8 @@ class RunStore:
 def is_resumable(job: Mapping[str, Any]) -> bool:
     """Whether a job record (``RunStore.job``) may be taken up again by a new supervisor."""
     failure = job["failure"] or {}
-    return job["status"] is JobStatus.RUNNING or failure.get("error_code") in RESUMABLE_CODES
+    return (job["status"] is JobStatus.RUNNING or bool(failure.get("transient"))
+            or failure.get("error_code") in RESUMABLE_CODES)
 
 
 def default_state_dir() -> Path:

@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import shlex
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 from trainguard.adapters.slurm import slurm_command
 from trainguard.errors import AdapterError
@@ -33,12 +36,25 @@ from trainguard.hooks import PluginHost
 from trainguard.logtail import read_tail
 from trainguard.model import ErrorSource, Event, Fault, JobStatus
 from trainguard.policy import Policy
-from trainguard.store import RunStore, is_resumable
+from trainguard.store import RESUMABLE_CODES, RunStore
 
 log = logging.getLogger(__name__)
 
 FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
             "BOOT_FAIL", "DEADLINE"}
+
+
+def batch_script(run_options: Sequence[str], state_dir: Path, command: Sequence[str], cwd: str | None = None) -> str:
+    """A batch script that runs ``command`` under ``trainguard run --adapter slurm RUN_OPTIONS``."""
+    given = any(o == "--state-dir" or o.startswith("--state-dir=") for o in run_options)
+    # The script starts in ``cwd``, so a relative --state-dir means the same there.
+    where = [] if given else ["--state-dir", str(state_dir)]
+    argv = [sys.executable, "-m", "trainguard", "run", "--adapter", "slurm", *where, *run_options, "--", *command]
+    return ("#!/bin/bash\n"
+            "# Written by trainguard: the command runs under trainguard's supervision, as srun steps\n"
+            "# of this allocation; a requeue resumes the same trainguard job.\n"
+            f"cd {shlex.quote(cwd or os.getcwd())}\n"
+            f"exec {shlex.join(argv)}\n")
 
 
 @dataclass(frozen=True)
@@ -86,6 +102,33 @@ def parse_scontrol_job(text: str) -> SlurmJobState | None:
     return SlurmJobState(fields["JobState"], fields.get("Reason", ""), fields.get("NodeList", ""), code)
 
 
+@dataclass(frozen=True)
+class Resubmit:
+    """Submit (again) leaving out ``exclude``; if Slurm cannot, leave out ``required`` only."""
+
+    exclude: frozenset[str] = frozenset()
+    required: frozenset[str] = frozenset()
+
+
+def slurm_job_state(slurm_job: str, env: Mapping[str, str] | None = None) -> SlurmJobState:
+    """What Slurm says of ``slurm_job`` now, queued, running or finished."""
+    found = parse_squeue_json(slurm_command("squeue", "--json", f"--jobs={slurm_job}", env=env), slurm_job)
+    if found is not None and found.state and (found.nodes or found.state not in FINISHED):
+        return found
+    found = parse_scontrol_job(slurm_command("scontrol", "show", "job", slurm_job, "--oneliner", env=env))
+    if found is None:
+        raise AdapterError("slurm", f"cannot read the state of job {slurm_job}")
+    return found
+
+
+def cancel_slurm_job(slurm_job: str, env: Mapping[str, str] | None = None) -> None:
+    """``scancel`` the job; a failure is logged, not raised (it is called while giving up)."""
+    try:
+        slurm_command("scancel", slurm_job, env=env)
+    except AdapterError as exc:
+        log.warning("could not cancel Slurm job %s: %s", slurm_job, exc)
+
+
 class SlurmSubmitter:
     """Submit the wrapper, watch it, resubmit on allocation failures; see the module docstring."""
 
@@ -110,7 +153,7 @@ class SlurmSubmitter:
         store.add_event(event)
         self.host.notify(event)
 
-    def submit(self, exclude: Sequence[str]) -> str:
+    def submit(self, exclude: Collection[str]) -> str:
         folder = self.state_dir / "sbatch"
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{self.job_id}.sh"
@@ -123,69 +166,81 @@ class SlurmSubmitter:
         return self.slurm_job
 
     def state(self, slurm_job: str) -> SlurmJobState:
-        found = parse_squeue_json(self._slurm("squeue", "--json", f"--jobs={slurm_job}"), slurm_job)
-        if found is not None and found.state and (found.nodes or found.state not in FINISHED):
-            return found
-        text = self._slurm("scontrol", "show", "job", slurm_job, "--oneliner")
-        found = parse_scontrol_job(text)
-        if found is None:
-            raise AdapterError("slurm", f"cannot read the state of job {slurm_job}")
-        return found
+        return slurm_job_state(slurm_job, self.env)
 
     def cancel(self) -> None:
         if self.slurm_job:
-            try:
-                self._slurm("scancel", self.slurm_job)
-            except AdapterError as exc:
-                log.warning("[%s] could not cancel Slurm job %s: %s", self.job_id, self.slurm_job, exc)
+            cancel_slurm_job(self.slurm_job, self.env)
 
     def run(self) -> JobStatus:
+        """Submit, watch and resubmit until the job ends; Ctrl-C cancels it."""
         store = RunStore(self.state_dir)
         try:
             resubmits = 0
-            exclude: set[str] = set()
-            required: set[str] = set()
+            next_submit = self.first_submission(store)
             while True:
-                try:
-                    slurm_job = self.submit(exclude)
-                except AdapterError:
-                    if exclude == required:
-                        raise
-                    # The isolated nodes are trainguard's judgement; the down ones are Slurm's.
-                    # When both cannot be left out, leave out what Slurm says is broken.
-                    log.warning("[%s] cannot submit without %s; submitting without %s only", self.job_id,
-                                ",".join(sorted(exclude)), ",".join(sorted(required)) or "any node")
-                    exclude = required
-                    slurm_job = self.submit(exclude)
-                self._emit(store, "slurm_submitted", f"Slurm job {slurm_job}"
-                           f"{' excluding ' + ','.join(sorted(exclude)) if exclude else ''}",
-                           {"slurm_job": slurm_job, "exclude": sorted(exclude)})
-                final = self._watch(slurm_job)
-                job = store.job(self.job_id)
-                if job is not None and not is_resumable(job):
-                    return job["status"]
-                out = self.state_dir / "sbatch" / f"{self.job_id}.{slurm_job}.out"
-                message = f"Slurm job {slurm_job} ended {final.state}" + (
-                    f" ({final.reason})" if final.reason and final.reason != "None" else "")
-                fault = Fault(ErrorSource.EVENT, time.time(), node=final.nodes or None, message=message)
-                verdict = self.host.classify(fault, read_tail(out, self.policy.log_tail_bytes), self.policy)
-                history = store.history(self.job_id)
-                required = self._unhealthy(final.nodes) if verdict.node_fault and final.nodes else set()
-                exclude = set(history.isolated_nodes) | required
-                budget = self.policy.max_num_of_job_restart - history.budget_used - resubmits
-                if not verdict.retryable or budget <= 0:
-                    why = "not retryable" if not verdict.retryable else "restart budget exhausted"
-                    self._emit(store, "job_failed", f"{message}: {verdict.fault_code}, {why}",
-                               {"slurm_job": slurm_job, "error_code": verdict.fault_code})
-                    return JobStatus.FAILED
+                slurm_job = self.submit_excluding(store, next_submit)
+                outcome = self.after_allocation(store, slurm_job, self._watch(slurm_job), resubmits)
+                if isinstance(outcome, JobStatus):
+                    return outcome
                 resubmits += 1
-                self._emit(store, "slurm_resubmitting", f"{message}: {verdict.fault_code}; resubmitting",
-                           {"slurm_job": slurm_job, "error_code": verdict.fault_code, "exclude": sorted(exclude)})
+                next_submit = outcome
         except KeyboardInterrupt:
             self.cancel()
             raise
         finally:
             store.close()
+
+    def first_submission(self, store: RunStore) -> Resubmit:
+        """Leave out the nodes this job's history has isolated (a resumed job keeps its judgement)."""
+        return Resubmit(frozenset(store.history(self.job_id).isolated_nodes))
+
+    def submit_excluding(self, store: RunStore, plan: Resubmit) -> str:
+        """Submit leaving out ``plan.exclude``, or only ``plan.required`` if Slurm cannot do that."""
+        try:
+            slurm_job = self.submit(plan.exclude)
+            exclude = plan.exclude
+        except AdapterError:
+            if plan.exclude == plan.required:
+                raise
+            # The isolated nodes are trainguard's judgement; the down ones are Slurm's.
+            # When both cannot be left out, leave out what Slurm says is broken.
+            log.warning("[%s] cannot submit without %s; submitting without %s only", self.job_id,
+                        ",".join(sorted(plan.exclude)), ",".join(sorted(plan.required)) or "any node")
+            exclude = plan.required
+            slurm_job = self.submit(exclude)
+        self._emit(store, "slurm_submitted", f"Slurm job {slurm_job}"
+                   f"{' excluding ' + ','.join(sorted(exclude)) if exclude else ''}",
+                   {"slurm_job": slurm_job, "exclude": sorted(exclude)})
+        return slurm_job
+
+    def after_allocation(self, store: RunStore, slurm_job: str, final: SlurmJobState,
+                         resubmits: int) -> JobStatus | Resubmit:
+        """Once an allocation has ended: the job's final status, or how to submit it again.
+
+        ``resubmits`` is how many times this submitter already resubmitted; they count against
+        ``--max-num-of-job-restart`` together with the rounds of the history.
+        """
+        job = store.job(self.job_id)
+        if job is not None and not _allocation_lost(job):
+            return job["status"]
+        out = self.state_dir / "sbatch" / f"{self.job_id}.{slurm_job}.out"
+        message = f"Slurm job {slurm_job} ended {final.state}" + (
+            f" ({final.reason})" if final.reason and final.reason != "None" else "")
+        fault = Fault(ErrorSource.EVENT, time.time(), node=final.nodes or None, message=message)
+        verdict = self.host.classify(fault, read_tail(out, self.policy.log_tail_bytes), self.policy)
+        history = store.history(self.job_id)
+        required = frozenset(self._unhealthy(final.nodes)) if verdict.node_fault and final.nodes else frozenset()
+        budget = self.policy.max_num_of_job_restart - history.budget_used - resubmits
+        if not verdict.retryable or budget <= 0:
+            why = "not retryable" if not verdict.retryable else "restart budget exhausted"
+            self._emit(store, "job_failed", f"{message}: {verdict.fault_code}, {why}",
+                       {"slurm_job": slurm_job, "error_code": verdict.fault_code})
+            return JobStatus.FAILED
+        plan = Resubmit(frozenset(history.isolated_nodes) | required, required)
+        self._emit(store, "slurm_resubmitting", f"{message}: {verdict.fault_code}; resubmitting",
+                   {"slurm_job": slurm_job, "error_code": verdict.fault_code, "exclude": sorted(plan.exclude)})
+        return plan
 
     def _unhealthy(self, nodes: str) -> set[str]:
         """Which of ``nodes`` Slurm now has down, drained, failing or not responding."""
@@ -202,3 +257,9 @@ class SlurmSubmitter:
                 return state
             time.sleep(self.poll)
 
+
+def _allocation_lost(job: Mapping[str, Any]) -> bool:
+    """Whether the inner supervisor was cut off (its job still running, interrupted, refused a
+    requeue) rather than deciding the job's end itself, which no resubmission may overrule."""
+    failure = job["failure"] or {}
+    return job["status"] is JobStatus.RUNNING or failure.get("error_code") in RESUMABLE_CODES

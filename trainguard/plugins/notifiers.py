@@ -16,7 +16,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Collection, Mapping
+from typing import Any, Collection, Mapping
 
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
@@ -102,11 +102,16 @@ class WebhookNotifier:
             reason = getattr(exc, "reason", exc)
             raise WebhookError(f"{type(reason).__name__}", transient=True) from None
 
+    def post(self, payload: Mapping[str, Any], what: str) -> bool:
+        """POST ``payload`` as JSON with the retries above; False (logged) if it was not delivered."""
+        try:
+            self._post(json.dumps(payload).encode())
+        except WebhookError as exc:
+            log.warning("webhook %s: %s not delivered (%s)", self.where, what, exc)
+            return False
+        return True
+
     @hookimpl
     def trainguard_on_event(self, event: Event) -> None:
-        if self.types and event.type not in self.types:
-            return
-        try:
-            self._post(json.dumps(event.to_json()).encode())
-        except WebhookError as exc:
-            log.warning("[%s] webhook %s: %s event not delivered (%s)", event.job_id, self.where, event.type, exc)
+        if not self.types or event.type in self.types:
+            self.post(event.to_json(), f"job {event.job_id}'s {event.type} event")

@@ -53,8 +53,8 @@ NAME = "builtin-ladder"
 HANG_SOURCES = (ErrorSource.HANG, ErrorSource.EXIT_HANG)
 
 
-def _fail(reason: str) -> Decision:
-    return Decision(Action.FAIL, reason, consumes_budget=False, strategy=NAME)
+def _fail(reason: str, *, transient: bool = False) -> Decision:
+    return Decision(Action.FAIL, reason, consumes_budget=False, strategy=NAME, transient=transient)
 
 
 def _is_hang_round(record: RoundRecord) -> bool:
@@ -94,7 +94,7 @@ def trainguard_decide_recovery(
 
     if root.source in HANG_SOURCES:
         if not policy.enable_job_restart:
-            return _fail(f"{code}: job hung and --enable-job-restart=False")
+            return _fail(f"{code}: job hung and --enable-job-restart=False", transient=True)
         in_a_row = history.trailing(_is_hang_round)
         if in_a_row >= policy.max_consecutive_hang_restarts:
             return _fail(f"{code}: job hung again after {in_a_row} restarts upon suspension in a row")
@@ -113,7 +113,9 @@ def trainguard_decide_recovery(
         unconditional = True
 
     if not is_async and not policy.enable_job_restart:
-        return _fail(f"{code}: job restart is disabled (--enable-job-restart=False)")
+        # Restarts are left to whoever runs the job again (Airflow's retries, a resubmission).
+        return _fail(f"{code}: job restart is disabled (--enable-job-restart=False)",
+                     transient=verdict.retryable)
 
     def budgeted(action: Action, reason: str, isolate: tuple[str, ...] = ()) -> Decision:
         used = history.budget_used
@@ -143,7 +145,7 @@ def trainguard_decide_recovery(
                 return budgeted(Action.RESCHEDULE_ISOLATED,
                                 f"{why}: no healthy spare left here, requeueing the job without it", (node,))
             if verdict.node_fault:
-                return _fail(f"{code}: {why} and no healthy spare capacity to move to")
+                return _fail(f"{code}: {why} and no healthy spare capacity to move to", transient=True)
             return budgeted(Action.RESTART_JOB, f"{why}; no spare node to isolate it, restarting the job")
         if is_async:
             return Decision(Action.REPLACE_INSTANCES, f"{why}: replacing the failed instances elsewhere",

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +24,35 @@ from trainguard.store import RunStore
 RANK_SCRIPT = Path(__file__).parent / "helpers" / "rank.py"
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
+
+# Airflow reads its configuration once, when first imported: give it a private home (SQLite
+# database, no example DAGs) before any test module imports it, so no test touches a real
+# installation. Its DAGs folder links the example DAGs and the tests' scenario DAGs, because
+# ``dag.test()`` runs only DAGs it finds serialized from the DAGs folder.
+AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="tg-airflow-"))
+atexit.register(shutil.rmtree, AIRFLOW_HOME, True)
+(AIRFLOW_HOME / "dags").mkdir()
+(AIRFLOW_HOME / "dags" / "examples").symlink_to(REPO / "dags")
+(AIRFLOW_HOME / "dags" / "scenarios").symlink_to(REPO / "tests" / "airflow_dags")
+os.environ.update({
+    "AIRFLOW_HOME": str(AIRFLOW_HOME),
+    "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+    "AIRFLOW__CORE__DAGS_FOLDER": str(AIRFLOW_HOME / "dags"),
+    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{AIRFLOW_HOME / 'airflow.db'}",
+})
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> Path:
+    """A migrated Airflow metadata database in the private home; skips (fails in CI) without Airflow."""
+    try:
+        import airflow  # noqa: F401
+    except ImportError as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the Airflow tests: {exc}")
+        pytest.skip(f"Airflow is not installed: {exc}")
+    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True, timeout=300)
+    return AIRFLOW_HOME
 
 
 @dataclass

@@ -182,9 +182,13 @@ class Supervisor:
         return self.exit_hang.deadline()
 
     def _progress(self) -> dict[int, float | None]:
-        """Last sign of life (log output or SDK record) of every rank, finished ones included."""
+        """Last sign of life (log output or SDK record) of every rank still running.
+
+        A rank that exited 0 can make no more progress; counting its last output would hold a
+        hang in a rank that is still running until the job's interval passes since that exit.
+        Ranks that linger after others finished are the exit-hang detector's business."""
         out: dict[int, float | None] = {}
-        for rank in range(self.spec.nproc):
+        for rank in sorted(self.adapter.running()):
             marks = [t for t in (self.adapter.last_output(rank), self.sdk_progress.get(rank)) if t is not None]
             out[rank] = max(marks) if marks else None
         return out

@@ -2,7 +2,8 @@
 rank and node, then records what it saw.
 
 ``TG_PLAN`` is a JSON list of rules ``{"round": R, "rank": N, "node": "node-1", "do": ...}``;
-missing keys match anything and the first matching rule applies. ``do`` is one of ``ok``,
+missing keys match anything and the first matching rule applies; a rule with ``"once": PATH``
+applies only while PATH does not exist, and creates it. ``do`` is one of ``ok``,
 ``fail`` (print ``say`` to stderr, exit ``code``), ``signal`` (kill itself with ``sig``),
 ``hang`` (print ``say`` and stop printing), ``sleep`` (``seconds`` then ok), ``chatty-hang``
 (keep printing forever), ``chatty`` (print for ``seconds``, then ok). Each start appends one JSON line (its environment counters and pid)
@@ -27,6 +28,7 @@ def main():
     node = os.environ["TRAINGUARD_NODE"]
     record = {k: os.environ.get(k) for k in ENV}
     record["pid"] = os.getpid()
+    record["ppid"] = os.getppid()
     with open("/proc/self/cmdline") as cmdline:
         record["cmdline"] = cmdline.read().rstrip("\0").split("\0")
     record["preloaded_json"] = "json" in sys.modules and "json" not in globals()
@@ -36,6 +38,10 @@ def main():
     rule = {"do": "ok"}
     for candidate in json.loads(os.environ.get("TG_PLAN", "[]")):
         if all(candidate.get(k, v) == v for k, v in (("round", rnd), ("rank", rank), ("node", node))):
+            if "once" in candidate:
+                if os.path.exists(candidate["once"]):
+                    continue
+                open(candidate["once"], "w").close()
             rule = candidate
             break
     time.sleep(float(rule.get("after", os.environ.get("TG_WORK", "0.3"))))

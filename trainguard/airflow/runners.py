@@ -14,7 +14,8 @@ Two runners serve :class:`~trainguard.airflow.operators.TrainingJobOperator`:
     classified and resubmitted by the operator, in the task or on each resume after deferral.
 
 A runner's ``watch`` is the plain-JSON description of what runs (a process, a Slurm job) that
-travels in the trigger's kwargs; :func:`runner_ended` reads it without blocking the triggerer.
+travels in the trigger's kwargs, with ``launched_at`` (epoch seconds) so the trigger ignores
+what the history said before this launch; :func:`runner_ended` reads it in a thread.
 """
 
 from __future__ import annotations
@@ -120,13 +121,14 @@ class LocalRunner:
         argv = [sys.executable, "-m", "trainguard", "--log-level", "INFO", "run", "--state-dir", str(self.state_dir),
                 *run_options(self.spec, policy_file), "--", *self.spec.command]
         output = self.state_dir / "jobs" / self.spec.job_id / "supervisor.log"
+        launched_at = time.time()
         with open(output, "ab") as out:
             process = subprocess.Popen(argv, cwd=self.spec.cwd, env=self.base_env, stdin=subprocess.DEVNULL,
                                        stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         started = _proc_start(process.pid)
         log.info("[%s] supervisor started detached as pid %d; its output: %s", self.spec.job_id, process.pid, output)
         return {"kind": "process", "pid": process.pid, "started": started, "host": socket.gethostname(),
-                "output": str(output)}
+                "output": str(output), "launched_at": launched_at}
 
     def runner_lost(self, watch: Watch, state: Mapping[str, Any]) -> Watch | JobStatus | None:
         return None
@@ -168,11 +170,12 @@ class SlurmRunner:
 
     def _submit(self, plan: Resubmit, resubmits: int) -> Watch:
         store = RunStore(self.state_dir)
+        launched_at = time.time()
         try:
             slurm_job = self.submitter.submit_excluding(store, plan)
         finally:
             store.close()
-        return {"kind": "slurm", "slurm_job": slurm_job, "resubmits": resubmits}
+        return {"kind": "slurm", "slurm_job": slurm_job, "resubmits": resubmits, "launched_at": launched_at}
 
     def launch(self) -> Watch:
         store = RunStore(self.state_dir)

@@ -28,14 +28,18 @@ from trainguard.model import JobStatus
 from trainguard.store import RunStore
 
 
-def read_progress(state_dir: str, job_id: str, events_seen: int) -> tuple[JobStatus | None, int, list[dict[str, Any]]]:
-    """The job's status (None before its supervisor recorded it), round count and new events."""
+def read_progress(state_dir: str, job_id: str, events_seen: int,
+                  since: float = 0.0) -> tuple[JobStatus | None, int, list[dict[str, Any]]]:
+    """The job's status, round count and new events. The status is None until a supervisor has
+    recorded it at or after ``since``: a resumed job's record says how the previous try ended
+    until the new supervisor takes it up."""
     store = RunStore(Path(state_dir))
     try:
         job = store.job(job_id)
         if job is None:
             return None, 0, []
-        return job["status"], store.next_round(job_id) - 1, list(store.events(job_id, after=events_seen))
+        status = job["status"] if job["updated_at"] >= since else None
+        return status, store.next_round(job_id) - 1, list(store.events(job_id, after=events_seen))
     finally:
         store.close()
 
@@ -90,7 +94,7 @@ class TrainingJobTrigger(BaseTrigger):
                 # runner gone with the job still running was cut off.
                 ended = await asyncio.to_thread(runner_ended, self.watch)
                 status, rounds, events = await asyncio.to_thread(
-                    read_progress, self.state_dir, self.job_id, logged)
+                    read_progress, self.state_dir, self.job_id, logged, self.watch.get("launched_at", 0.0))
             except TrainguardError as exc:
                 yield self._event("error", message=str(exc))
                 return

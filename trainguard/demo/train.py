@@ -2,12 +2,8 @@
 told to fail.
 
 Started by ``trainguard run`` (or torchrun: it reads the same variables). Faults are injected
-with ``TRAINGUARD_DEMO_FAULTS="ROUND:RANK:STEP:KIND,..."``: at that step of that restart round
-that rank does KIND: ``nccl`` (a collective timeout, retryable), ``ecc`` (an uncorrectable ECC
-error: a node fault), ``hang`` (stops making progress), ``user`` (a KeyError in user code),
-``exit`` (exits 1 silently). The round is ``TRAINGUARD_RESTART_ROUND`` (or torchrun's
-``TORCHELASTIC_RESTART_COUNT``). The checkpoint is resumed from ``--checkpoint``, so every
-restart continues where the last checkpoint left off.
+as :mod:`trainguard.demo.faults` describes. The checkpoint is resumed from ``--checkpoint``, so
+every restart continues where the last checkpoint left off.
 """
 
 from __future__ import annotations
@@ -25,34 +21,8 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
-
-def faults_for(rank: int, restart_round: int) -> dict[int, str]:
-    out = {}
-    for item in filter(None, os.environ.get("TRAINGUARD_DEMO_FAULTS", "").split(",")):
-        r_round, r_rank, step, kind = item.split(":")
-        if int(r_round) == restart_round and int(r_rank) == rank:
-            out[int(step)] = kind
-    return out
-
-
-def inject(kind: str, rank: int, step: int) -> None:
-    if kind == "nccl":
-        print(f"[rank{rank}]:[E ProcessGroupNCCL.cpp:607] [Rank {rank}] Watchdog caught collective operation "
-              f"timeout: WorkNCCL(SeqNum={step}, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600061 "
-              "milliseconds before timing out.", file=sys.stderr, flush=True)
-        os._exit(6)
-    if kind == "ecc":
-        print("RuntimeError: CUDA error: uncorrectable ECC error encountered", file=sys.stderr, flush=True)
-        os._exit(1)
-    if kind == "hang":
-        print(f"rank {rank}: stuck at step {step}", flush=True)
-        while True:
-            time.sleep(3600)
-    if kind == "user":
-        batch: dict[str, object] = {}
-        batch["labels"]  # noqa: B018 - the injected user error is this KeyError
-    if kind == "exit":
-        os._exit(1)
+from trainguard.demo.faults import faults_for, inject  # noqa: E402
+from trainguard.demo.faults import restart_round as current_round  # noqa: E402
 
 
 def main() -> int:
@@ -64,12 +34,13 @@ def main() -> int:
     args = parser.parse_args()
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    restart_round = int(os.environ.get("TRAINGUARD_RESTART_ROUND", os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
+    restart_round = current_round()
     dist.init_process_group("gloo", timeout=timedelta(seconds=60))
     torch.manual_seed(0)
     model = DistributedDataParallel(torch.nn.Linear(16, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     start = 0
+    os.makedirs(os.path.dirname(os.path.abspath(args.checkpoint)), exist_ok=True)
     if os.path.exists(args.checkpoint):
         state = torch.load(args.checkpoint)
         model.module.load_state_dict(state["model"])

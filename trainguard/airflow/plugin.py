@@ -1,0 +1,117 @@
+"""The Airflow plugin: a "Training jobs" page in Airflow's navigation, and a link from each task
+instance to its job, served by a small FastAPI app under ``/trainguard`` on the API server.
+
+Registered through the ``airflow.plugins`` entry point (see ``pyproject.toml``); the pages read
+the run history that :func:`~trainguard.airflow.jobs.resolve_state_dir` names.
+
+Routes:
+
+``/trainguard/``                    the jobs of the run history
+``/trainguard/jobs/{job_id}``       one job: its rounds as a timeline, stages per round
+``/trainguard/jobs/{job_id}.json``  the ``trainguard history --json`` object
+``/trainguard/task?dag_id=&run_id=&task_id=&map_index=``  the job of a task instance
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.plugins_manager import AirflowPlugin
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
+
+from trainguard.airflow.jobs import default_job_id, resolve_state_dir
+from trainguard.airflow.timeline import job_page, jobs_page
+from trainguard.store import RunStore
+
+PREFIX = "/trainguard"
+
+
+def _store() -> RunStore | None:
+    state_dir = resolve_state_dir()
+    return RunStore(state_dir) if (state_dir / RunStore.FILENAME).exists() else None
+
+
+async def require_user(request: Request) -> None:
+    """Only people signed in to Airflow see the pages: the JWT of an ``Authorization: Bearer``
+    header, else of the cookie Airflow's UI sets, must be valid (401/403 otherwise).
+
+    Imported on first use, not with the plugin: every Airflow process loads plugins, and only
+    the API server serves these pages."""
+    from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
+    from airflow.api_fastapi.core_api.security import resolve_user_from_token
+
+    header = request.headers.get("authorization", "")
+    token = header[7:] if header.lower().startswith("bearer ") else request.cookies.get(COOKIE_NAME_JWT_TOKEN)
+    await resolve_user_from_token(token)
+
+
+def create_app(prefix: str = PREFIX, *, authenticate: bool = True) -> FastAPI:
+    """The pages' app; ``prefix`` is where it is mounted (links are absolute). ``authenticate``
+    is False only to serve the pages outside Airflow (tests, a standalone viewer)."""
+    app = FastAPI(title="trainguard", docs_url=None, redoc_url=None, openapi_url=None,
+                  dependencies=[Depends(require_user)] if authenticate else [])
+
+    def report_or_404(store: RunStore | None, job_id: str) -> dict[str, Any]:
+        if store is None or store.job(job_id) is None:
+            raise HTTPException(status_code=404, detail=f"no trainguard job {job_id!r} in {resolve_state_dir()}")
+        return store.report(job_id)
+
+    @app.get("/", response_class=HTMLResponse)
+    def jobs() -> str:
+        store = _store()
+        if store is None:
+            return jobs_page([], prefix, str(resolve_state_dir()))
+        try:
+            return jobs_page([store.report(job_id) for job_id in store.job_ids()], prefix, str(store.path.parent))
+        finally:
+            store.close()
+
+    @app.get("/jobs/{job_id}.json")
+    def job_json(job_id: str) -> JSONResponse:
+        store = _store()
+        try:
+            return JSONResponse(report_or_404(store, job_id))
+        finally:
+            if store is not None:
+                store.close()
+
+    @app.get("/jobs/{job_id}", response_class=HTMLResponse)
+    def job(job_id: str) -> str:
+        store = _store()
+        try:
+            report = report_or_404(store, job_id)
+            assert store is not None
+            return job_page(report, list(store.events(job_id)), prefix)
+        finally:
+            if store is not None:
+                store.close()
+
+    @app.get("/task")
+    def task(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> RedirectResponse:
+        # The operator's default id; a job with a custom job_id is found from the list instead.
+        job_id = default_job_id({"ti": _TaskRef(dag_id, task_id, map_index), "run_id": run_id})
+        return RedirectResponse(f"{prefix}/jobs/{job_id}")
+
+    return app
+
+
+class _TaskRef:
+    """The fields of a task instance :func:`default_job_id` reads."""
+
+    def __init__(self, dag_id: str, task_id: str, map_index: int) -> None:
+        self.dag_id, self.task_id, self.map_index = dag_id, task_id, map_index
+
+
+class TrainguardPlugin(AirflowPlugin):
+    """Adds the pages to Airflow's API server and links to them from the UI."""
+
+    name = "trainguard"
+    fastapi_apps = [{"app": create_app(), "url_prefix": PREFIX, "name": "trainguard"}]
+    external_views = [
+        {"name": "Training jobs", "href": f"{PREFIX}/", "destination": "nav", "category": "browse",
+         "url_route": "trainguard"},
+        {"name": "Training job", "href": f"{PREFIX}/task?dag_id={{DAG_ID}}&run_id={{RUN_ID}}&task_id={{TASK_ID}}"
+                                         "&map_index={MAP_INDEX}",
+         "destination": "task_instance", "url_route": "trainguard-task"},
+    ]

@@ -9,14 +9,17 @@ cd "$(dirname "$0")"
 VENV=${TRAINGUARD_VENV:-.venv}
 
 system_packages() {
-    # The Slurm tests start a real cluster on localhost from Debian's packages.
-    if ! command -v slurmctld >/dev/null 2>&1 && [ ! -x /usr/sbin/slurmctld ]; then
-        if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-            apt-get update -qq
-            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null
-        else
-            echo "dev.sh: Slurm is not installed and this is not root: the Slurm tests will be skipped" >&2
-        fi
+    # The Slurm tests start a real cluster on localhost from Debian's packages; the Airflow
+    # plugin's page is drawn by Debian's headless Chromium.
+    local missing=()
+    command -v slurmctld >/dev/null 2>&1 || [ -x /usr/sbin/slurmctld ] || missing+=(slurm-wlm munge)
+    command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+    [ ${#missing[@]} = 0 ] && return
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    else
+        echo "dev.sh: ${missing[*]} not installed and this is not root: their tests will be skipped" >&2
     fi
 }
 
@@ -30,7 +33,7 @@ setup() {
     want=$(cat pyproject.toml requirements-lock.txt | sha256sum | cut -d' ' -f1)
     if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
         "$VENV/bin/python" -m pip install -q --upgrade pip
-        "$VENV/bin/python" -m pip install -q -c requirements-lock.txt -e '.[dev,torch]'
+        "$VENV/bin/python" -m pip install -q -c requirements-lock.txt -e '.[dev,torch,airflow]'
         echo "$want" > "$stamp"
     fi
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -39,6 +40,7 @@ os.environ.update({
     "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
     "AIRFLOW__CORE__DAGS_FOLDER": str(AIRFLOW_HOME / "dags"),
     "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{AIRFLOW_HOME / 'airflow.db'}",
+    "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(32),
 })
 
 

@@ -35,6 +35,7 @@ except ImportError:
 
 from conftest import REPO, RANK_SCRIPT
 from helpers.png import colour_counts
+from test_slurm import cluster  # noqa: F401 - the module-scoped Slurm cluster fixture
 
 from trainguard.airflow import TrainingJobTrigger
 from trainguard.airflow.runners import LocalRunner
@@ -191,6 +192,48 @@ def test_bad_policy_fails_the_task_once_without_running_anything(scenarios: Any,
     run, ti = run_dag(scenarios.bad_policy)
     assert (run.state, ti.try_number) == ("failed", 1)
     assert not (state_dir / RunStore.FILENAME).exists()
+
+
+@pytest.mark.slurm
+def test_deferred_slurm_job_resubmitted_without_a_failed_node(scenarios: Any, state_dir: Path, tmp_path: Path,
+                                                              cluster: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the real Slurm cluster of tests/slurm_cluster.py: a node crashes under the deferred
+    task's allocation; the task resumes, classifies NODE_FAIL, resubmits without that node and
+    defers again, and the job finishes with the history of both allocations."""
+    for key, value in cluster.env.items():
+        monkeypatch.setenv(key, value)
+    record = tmp_path / "starts.jsonl"
+    failed: list[str] = []
+
+    def fail_a_node() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and '"RANK": "1"' not in (record.read_text() if record.exists() else ""):
+            time.sleep(0.2)
+        node = next(s["SLURMD_NODENAME"] for s in starts(record) if s["RANK"] == "1")
+        cluster.stop_slurmd(node)
+        cluster.run("scontrol", "update", f"NodeName={node}", "State=DOWN", "Reason=test-crash", check=True)
+        failed.append(node)
+
+    killer = threading.Thread(target=fail_a_node)
+    killer.start()
+    try:
+        run, ti = run_dag(scenarios.slurm, plan=json.dumps([{"round": 0, "do": "sleep", "seconds": 8}]),
+                          record=str(record))
+    finally:
+        killer.join()
+        for node in failed:
+            cluster.start_slurmd(node)
+            cluster.run("scontrol", "update", f"NodeName={node}", "State=RESUME")
+    assert (run.state, ti.try_number) == ("success", 1)
+    store = RunStore(state_dir)
+    try:
+        events = list(store.events(xcom(run, "trainguard_job_id")))
+    finally:
+        store.close()
+    (resubmit,) = [e for e in events if e["type"] == "slurm_resubmitting"]
+    assert "NODE_FAIL" in resubmit["message"] and resubmit["data"]["exclude"] == failed
+    assert [e["type"] for e in events].count("slurm_submitted") == 2
+    assert failed[0] not in {s["SLURMD_NODENAME"] for s in starts(record)[2:]}
 
 
 # -- the trigger -----------------------------------------------------------------------------------

@@ -286,11 +286,17 @@ class RunStore:
         return out
 
 
+def cut_off(job: Mapping[str, Any]) -> bool:
+    """Whether the job's supervisor was cut off (still recorded as running, interrupted, or
+    refused a requeue) rather than deciding the job's end itself. Whoever ran it (an outer
+    submitter, the Airflow operator) decides what a cut-off job's end means."""
+    failure = job["failure"] or {}
+    return job["status"] is JobStatus.RUNNING or failure.get("error_code") in RESUMABLE_CODES
+
+
 def is_resumable(job: Mapping[str, Any]) -> bool:
     """Whether a job record (``RunStore.job``) may be taken up again by a new supervisor."""
-    failure = job["failure"] or {}
-    return (job["status"] is JobStatus.RUNNING or bool(failure.get("transient"))
-            or failure.get("error_code") in RESUMABLE_CODES)
+    return cut_off(job) or bool((job["failure"] or {}).get("transient"))
 
 
 def default_state_dir() -> Path:

@@ -16,7 +16,7 @@ RANK = str(Path(__file__).resolve().parents[1] / "helpers" / "rank.py")
 
 
 def scenario(dag_id: str, *, policy: object = None, retries: int = 0, deferrable: bool = False,
-             notify: bool = False) -> DAG:
+             notify: bool = False, **operator: object) -> DAG:
     with DAG(dag_id=dag_id, schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
              params={"plan": "[]", "record": "/dev/null", "webhook": ""}) as dag:
         TrainingJobOperator(
@@ -24,7 +24,8 @@ def scenario(dag_id: str, *, policy: object = None, retries: int = 0, deferrable
             env={"TG_PLAN": "{{ params.plan }}", "TG_RECORD": "{{ params.record }}", "TG_WORK": "0.3"},
             policy=policy if policy is not None else {"enable_job_restart": True, "stop_grace_period": 2},
             deferrable=deferrable, poll_interval=0.2, retries=retries, retry_delay=timedelta(seconds=0),
-            on_failure_callback=TrainguardNotifier(webhook_url="{{ params.webhook }}") if notify else None)
+            on_failure_callback=TrainguardNotifier(webhook_url="{{ params.webhook }}") if notify else None,
+            **operator)
     return dag
 
 
@@ -36,3 +37,7 @@ airflow_restarts = scenario("tg_airflow_restarts", retries=1, policy="--enable-j
 airflow_restarts_deferred = scenario("tg_airflow_restarts_deferred", retries=1, deferrable=True,
                                      policy="--enable-job-restart=False")
 bad_policy = scenario("tg_bad_policy", retries=2, policy="--job-hang-interval=soon")
+# Submitted to Slurm from outside an allocation; --no-requeue leaves a lost allocation to the
+# operator (Slurm would otherwise requeue it itself).
+slurm = scenario("tg_slurm", deferrable=True, adapter="slurm", nodes=2,
+                 adapter_options={"sbatch_options": ["--nodes=2", "--no-requeue"], "poll_interval": 0.5})

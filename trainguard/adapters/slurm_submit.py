@@ -36,7 +36,7 @@ from trainguard.hooks import PluginHost
 from trainguard.logtail import read_tail
 from trainguard.model import ErrorSource, Event, Fault, JobStatus
 from trainguard.policy import Policy
-from trainguard.store import RESUMABLE_CODES, RunStore
+from trainguard.store import RunStore, cut_off
 
 log = logging.getLogger(__name__)
 
@@ -222,7 +222,8 @@ class SlurmSubmitter:
         ``--max-num-of-job-restart`` together with the rounds of the history.
         """
         job = store.job(self.job_id)
-        if job is not None and not _allocation_lost(job):
+        if job is not None and not cut_off(job):
+            # The inner supervisor decided the job's end; no resubmission may overrule it.
             return job["status"]
         out = self.state_dir / "sbatch" / f"{self.job_id}.{slurm_job}.out"
         message = f"Slurm job {slurm_job} ended {final.state}" + (
@@ -256,10 +257,3 @@ class SlurmSubmitter:
             if state.state in FINISHED:
                 return state
             time.sleep(self.poll)
-
-
-def _allocation_lost(job: Mapping[str, Any]) -> bool:
-    """Whether the inner supervisor was cut off (its job still running, interrupted, refused a
-    requeue) rather than deciding the job's end itself, which no resubmission may overrule."""
-    failure = job["failure"] or {}
-    return job["status"] is JobStatus.RUNNING or failure.get("error_code") in RESUMABLE_CODES

@@ -25,20 +25,21 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from trainguard.airflow.runners import Watch, runner_ended, stop_watched
 from trainguard.errors import TrainguardError
 from trainguard.model import JobStatus
-from trainguard.store import RunStore
+from trainguard.store import RunStore, cut_off
 
 
 def read_progress(state_dir: str, job_id: str, events_seen: int,
                   since: float = 0.0) -> tuple[JobStatus | None, int, list[dict[str, Any]]]:
     """The job's status, round count and new events. The status is None until a supervisor has
-    recorded it at or after ``since``: a resumed job's record says how the previous try ended
-    until the new supervisor takes it up."""
+    decided the job's end at or after ``since``: a resumed job's record says how the previous
+    try ended until the new supervisor takes it up, and a supervisor cut off (interrupted with
+    its allocation, say) leaves the decision to the runner once it is seen to have ended."""
     store = RunStore(Path(state_dir))
     try:
         job = store.job(job_id)
         if job is None:
             return None, 0, []
-        status = job["status"] if job["updated_at"] >= since else None
+        status = job["status"] if job["updated_at"] >= since and not cut_off(job) else None
         return status, store.next_round(job_id) - 1, list(store.events(job_id, after=events_seen))
     finally:
         store.close()

@@ -236,6 +236,23 @@ def test_deferred_slurm_job_resubmitted_without_a_failed_node(scenarios: Any, st
     assert failed[0] not in {s["SLURMD_NODENAME"] for s in starts(record)[2:]}
 
 
+def test_job_id_is_one_per_series_of_tries() -> None:
+    from types import SimpleNamespace
+
+    from trainguard.airflow.jobs import job_id_for
+
+    ti = SimpleNamespace(dag_id="d", task_id="t", map_index=-1, max_tries=2)
+    task = SimpleNamespace(retries=2, job_id=None)
+    context = {"ti": ti, "task": task, "run_id": "manual__2026-01-01T00:00:00+00:00"}
+    assert job_id_for(context) == "d.t.manual__2026-01-01T00-00-00-00-00"  # tries 1-3: one job
+    ti.map_index = 3
+    assert job_id_for(context) == "d.t.manual__2026-01-01T00-00-00-00-00.3"
+    ti.max_tries = 3 + 2  # cleared after try 3: Airflow starts a new series at try 4
+    assert job_id_for(context) == "d.t.manual__2026-01-01T00-00-00-00-00.3.try4"
+    task.job_id = "mine"
+    assert job_id_for(context) == "mine"
+
+
 # -- the trigger -----------------------------------------------------------------------------------
 
 

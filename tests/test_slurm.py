@@ -293,3 +293,26 @@ def test_a_user_error_outside_the_allocation_is_not_resubmitted(cluster, tmp_pat
     assert code == 1, output
     assert report["status"] == "failed" and report["failure"]["error_code"] == "TG-USER-EXCEPTION"
     assert [e["type"] for e in events].count("slurm_submitted") == 1
+
+
+def test_a_cancelled_allocation_is_recorded_as_the_jobs_failure(cluster, tmp_path):
+    def cancel_once_running():
+        deadline = time.time() + 60
+        while time.time() < deadline and not (tmp_path / "starts.jsonl").exists():
+            time.sleep(0.2)
+        store = RunStore(tmp_path / "state")
+        try:
+            (submitted,) = [e for e in store.events("outside") if e["type"] == "slurm_submitted"]
+        finally:
+            store.close()
+        cluster.run("scancel", submitted["data"]["slurm_job"], check=True)
+
+    code, report, events, _, output = submit_from_outside(
+        cluster, tmp_path, [{"round": 0, "do": "sleep", "seconds": 30}], "--enable-job-restart",
+        during=cancel_once_running)
+    assert code == 1, output
+    # The inner supervisor was cut off (SIGTERM); the outer one decided, and the history says so.
+    assert report["status"] == "failed"
+    failure = report["failure"]
+    assert (failure["error_code"], failure["action"], failure["transient"]) == ("TG-CANCELLED", "fail", False)
+    assert "ended CANCELLED" in failure["reason"] and [e["type"] for e in events].count("slurm_submitted") == 1

@@ -174,7 +174,7 @@ class Supervisor:
     def _hang_deadline(self) -> float | None:
         if not self._sync or not self.adapter.running():
             return None
-        return self.hang.deadline(self._progress(), self.hang_overrides)
+        return self.hang.deadline(self._progress(), self.hang_overrides, self.adapter.running())
 
     def _exit_hang_deadline(self) -> float | None:
         if not (self._sync and self.policy.enable_job_exit_hang_detection):
@@ -182,13 +182,9 @@ class Supervisor:
         return self.exit_hang.deadline()
 
     def _progress(self) -> dict[int, float | None]:
-        """Last sign of life (log output or SDK record) of every rank still running.
-
-        A rank that exited 0 can make no more progress; counting its last output would hold a
-        hang in a rank that is still running until the job's interval passes since that exit.
-        Ranks that linger after others finished are the exit-hang detector's business."""
+        """Last sign of life (log output or SDK record) of every rank, finished ones included."""
         out: dict[int, float | None] = {}
-        for rank in sorted(self.adapter.running()):
+        for rank in range(self.spec.nproc):
             marks = [t for t in (self.adapter.last_output(rank), self.sdk_progress.get(rank)) if t is not None]
             out[rank] = max(marks) if marks else None
         return out
@@ -233,7 +229,7 @@ class Supervisor:
             if fault is not None:
                 return fault
         if self._sync and self.adapter.running():
-            return self.hang.check(now, self._progress(), self.hang_overrides, self.stages)
+            return self.hang.check(now, self._progress(), self.hang_overrides, self.stages, self.adapter.running())
         return None
 
     def _wait(self, timeout: float) -> list[Exit]:

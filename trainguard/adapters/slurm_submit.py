@@ -34,7 +34,7 @@ from trainguard.adapters.slurm import slurm_command
 from trainguard.errors import AdapterError
 from trainguard.hooks import PluginHost
 from trainguard.logtail import read_tail
-from trainguard.model import ErrorSource, Event, Fault, JobStatus
+from trainguard.model import Action, ErrorSource, Event, Fault, JobStatus, RoundRecord, RoundResult
 from trainguard.policy import Policy
 from trainguard.store import RunStore, cut_off
 
@@ -235,6 +235,15 @@ class SlurmSubmitter:
         budget = self.policy.max_num_of_job_restart - history.budget_used - resubmits
         if not verdict.retryable or budget <= 0:
             why = "not retryable" if not verdict.retryable else "restart budget exhausted"
+            # The history must say why, as the inner supervisor's own failures do.
+            if job is None:
+                store.begin_job(self.job_id, {}, self.policy.to_json())
+            store.finish_job(self.job_id, JobStatus.FAILED, RoundRecord(
+                job_id=self.job_id, round=len(history.rounds) + 1, reason=f"{message}: {why}",
+                error_code=verdict.fault_code, error_message=verdict.evidence or message,
+                error_source=ErrorSource.EVENT, action=Action.FAIL, started_at=fault.detected_at,
+                result=RoundResult.FAILED, node=verdict.node or fault.node, consumes_budget=False,
+                user_error=verdict.user_error, node_fault=verdict.node_fault))
             self._emit(store, "job_failed", f"{message}: {verdict.fault_code}, {why}",
                        {"slurm_job": slurm_job, "error_code": verdict.fault_code})
             return JobStatus.FAILED

@@ -23,9 +23,13 @@ Every try of a task instance is the same trainguard job (the id is made of the d
 and map index, not the try number), so a retry resumes the history: the rounds, the budget
 spent and the isolated nodes carry over and budgets do not multiply. ``retries=R`` thus adds at
 most R resumptions after transient give-ups to the ``--max-num-of-job-restart`` budget; a
-permanent failure is never retried, and a job that already succeeded is not run again (its
-records are returned). ``enable_job_restart=False`` with Airflow retries makes Airflow do the
-restarting, but only for faults trainguard classifies as retryable.
+permanent failure is never retried, and a job that already succeeded is not run again by a
+retry (its records are returned). ``enable_job_restart=False`` with Airflow retries makes
+Airflow do the restarting, but only for faults trainguard classifies as retryable.
+
+Clearing the task is a person asking for a new run: Airflow then starts a new series of tries
+(it sets ``max_tries`` to the current try plus ``retries``), and the operator starts a new
+trainguard job for it, ``<id>.try<N>`` where N is the series' first try.
 """
 
 from __future__ import annotations
@@ -43,14 +47,21 @@ from trainguard.store import RESUMABLE_CODES, RunStore
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
-def default_job_id(context: Mapping[str, Any]) -> str:
-    """``dag.task.run[.map_index]``, the same for every try of one task instance."""
-    ti = context["ti"]
-    parts = [ti.dag_id, ti.task_id, context["run_id"]]
-    map_index = getattr(ti, "map_index", -1)
-    if map_index is not None and map_index >= 0:
-        parts.append(str(map_index))
+def base_job_id(dag_id: str, task_id: str, run_id: str, map_index: int | None = -1) -> str:
+    """``dag.task.run[.map_index]`` in the job-id alphabet."""
+    parts = [dag_id, task_id, run_id, *([str(map_index)] if map_index is not None and map_index >= 0 else [])]
     return _UNSAFE.sub("-", ".".join(parts)).strip("-")
+
+
+def default_job_id(context: Mapping[str, Any]) -> str:
+    """:func:`base_job_id`, plus ``.try<N>`` once the task was cleared (see the module docstring):
+    the same for every try of one series of tries."""
+    ti = context["ti"]
+    base = base_job_id(ti.dag_id, ti.task_id, context["run_id"], getattr(ti, "map_index", -1))
+    # Airflow's own reckoning of a series' first try (RuntimeTaskInstance.get_first_reschedule_date).
+    retries = getattr(context.get("task"), "retries", 0) or 0
+    first_try = getattr(ti, "max_tries", retries) - retries + 1
+    return base if first_try <= 1 else f"{base}.try{first_try}"
 
 
 def job_id_for(context: Mapping[str, Any]) -> str:

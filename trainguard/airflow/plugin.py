@@ -15,12 +15,13 @@ Routes:
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 from airflow.plugins_manager import AirflowPlugin
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 
-from trainguard.airflow.jobs import default_job_id, resolve_state_dir
+from trainguard.airflow.jobs import base_job_id, resolve_state_dir
 from trainguard.airflow.timeline import job_page, jobs_page
 from trainguard.store import RunStore
 
@@ -89,18 +90,18 @@ def create_app(prefix: str = PREFIX, *, authenticate: bool = True) -> FastAPI:
 
     @app.get("/task")
     def task(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> RedirectResponse:
-        # The operator's default id; a job with a custom job_id is found from the list instead.
-        job_id = default_job_id({"ti": _TaskRef(dag_id, task_id, map_index), "run_id": run_id})
-        return RedirectResponse(f"{prefix}/jobs/{job_id}")
+        """The task instance's latest job under the operator's default id (one per series of
+        tries, see :mod:`trainguard.airflow.jobs`); a custom ``job_id`` is found in the list."""
+        base = base_job_id(dag_id, task_id, run_id, map_index)
+        store = _store()
+        try:
+            ids = [j for j in (store.job_ids() if store else []) if j == base or j.startswith(base + ".try")]
+        finally:
+            if store is not None:
+                store.close()
+        return RedirectResponse(f"{prefix}/jobs/{quote(ids[-1] if ids else base, safe='')}")
 
     return app
-
-
-class _TaskRef:
-    """The fields of a task instance :func:`default_job_id` reads."""
-
-    def __init__(self, dag_id: str, task_id: str, map_index: int) -> None:
-        self.dag_id, self.task_id, self.map_index = dag_id, task_id, map_index
 
 
 class TrainguardPlugin(AirflowPlugin):

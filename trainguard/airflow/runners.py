@@ -239,12 +239,15 @@ def stop_watched(watch: Watch, grace: float) -> None:
         cancel_slurm_job(watch["slurm_job"])
         return
     pid = watch["pid"]
-    if _proc_start(pid) != watch["started"]:
-        return
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace + 5.0
-    while time.monotonic() < deadline:
+    try:
         if _proc_start(pid) != watch["started"]:
             return
-        time.sleep(0.05)
-    os.kill(pid, signal.SIGKILL)
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace + 5.0
+        while time.monotonic() < deadline:
+            if _proc_start(pid) != watch["started"]:
+                return
+            time.sleep(0.05)
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:  # it ended between the check and the signal
+        pass

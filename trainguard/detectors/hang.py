@@ -6,12 +6,17 @@ within" ``--job-hang-interval``. Progress is a rank's log growing or any record 
 instance's interval comes from its own code (``monitor.hang_detect(180)``): each instance is
 judged against its own interval, and an instance at -1 (detection off in this stage) keeps the
 job from being called hung. The clock starts again at every (re)start.
+
+Only instances still running are judged: one that exited 0 can make no more progress, and its
+interval (the job's, once its stages are over) must not hold a hang in another instance. Its
+last output still counts as the job's last sign of life, so the others get a full interval
+from it.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Mapping
+from typing import Collection, Mapping
 
 from trainguard.model import ErrorSource, Fault
 
@@ -32,27 +37,34 @@ class HangDetector:
         """Each rank's interval: its own from the SDK, else the job's; None or -1: not watched."""
         return {rank: overrides[rank] if overrides.get(rank) is not None else self.interval for rank in ranks}
 
-    def deadline(self, progress: Mapping[int, float | None],
-                 overrides: Mapping[int, float | None]) -> float | None:
-        """When the job becomes hung if no rank makes progress before then; None: never."""
-        limits = self.intervals(progress, overrides)
+    def _start(self, progress: Mapping[int, float | None], running: Collection[int]) -> dict[int, float]:
+        """When each running rank's silence began: its last progress, the last output of a rank
+        that has ended, or the (re)start, whichever is latest."""
+        ended = max((progress[r] or 0.0 for r in progress if r not in running), default=0.0)
+        return {rank: max(self.since, progress[rank] or 0.0, ended) for rank in progress if rank in running}
+
+    def deadline(self, progress: Mapping[int, float | None], overrides: Mapping[int, float | None],
+                 running: Collection[int]) -> float | None:
+        """When the job becomes hung if no running rank makes progress before then; None: never."""
+        starts = self._start(progress, running)
+        limits = self.intervals(starts, overrides)
         if not limits or any(limit is None or limit < 0 for limit in limits.values()):
             return None
-        return max(max(self.since, progress[rank] or 0.0) + limit for rank, limit in limits.items())  # type: ignore[operator]
+        return max(starts[rank] + limit for rank, limit in limits.items())  # type: ignore[operator]
 
     def check(self, now: float, progress: Mapping[int, float | None], overrides: Mapping[int, float | None],
-              stages: Mapping[int, str | None]) -> Fault | None:
-        deadline = self.deadline(progress, overrides)
+              stages: Mapping[int, str | None], running: Collection[int]) -> Fault | None:
+        deadline = self.deadline(progress, overrides, running)
         if deadline is None or now < deadline:
             return None
-        limits = self.intervals(progress, overrides)
+        starts = self._start(progress, running)
+        limits = self.intervals(starts, overrides)
         detail = "; ".join(
             f"rank {rank}{f' in stage {stages[rank]!r}' if stages.get(rank) else ''} silent "
-            f"{now - max(self.since, progress[rank] or 0.0):.1f} s (interval {limits[rank]:g})"
-            for rank in sorted(progress))
-        stage = ",".join(sorted({s for s in stages.values() if s})) or None
+            f"{now - starts[rank]:.1f} s (interval {limits[rank]:g})" for rank in sorted(starts))
+        stage = ",".join(sorted({stages[r] for r in starts if stages.get(r)})) or None  # type: ignore[misc]
         return Fault(ErrorSource.HANG, detected_at=now, stage=stage,
-                     message=f"no progress from any of {len(progress)} instance(s): {detail}")
+                     message=f"no progress from any of {len(starts)} running instance(s): {detail}")
 
 
 def advise_hang_interval(text: str) -> tuple[float, float] | None:

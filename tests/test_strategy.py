@@ -169,3 +169,23 @@ def test_async_repeats_count_per_device_not_per_node():
     assert decision.action is Action.REPLACE_INSTANCES and decision.isolate == ("node-0",)
     # Sync counts the node whichever rank failed first.
     assert run(history=History(ledger=ledger)).action is Action.RESCHEDULE_ISOLATED
+
+
+@pytest.mark.parametrize("case,kwargs,transient", [
+    # A later attempt could succeed: restarts are left to an outer layer, or capacity may return.
+    ("restarts off, retryable fault", dict(enable_job_restart=False), True),
+    ("restarts off, hang", dict(enable_job_restart=False, enable_job_hang_detection=True,
+                                faults=[Fault(ErrorSource.HANG, NOW)]), True),
+    ("node fault, no spare", dict(verdict=NODE, capacity=TIGHT), True),
+    # Permanent: a bug, a budget spent, a fault repeated too often, the policy itself.
+    ("restarts off, user error", dict(verdict=USER, enable_job_restart=False), False),
+    ("user error", dict(verdict=USER), False),
+    ("budget spent", dict(max_num_of_job_restart=0, enable_in_place_restart=False), False),
+    ("same error too often", dict(max_num_of_same_error=1,
+                                  history=History(same_error_counts={(1, "TG-NCCL-ERROR"): 1})), False),
+    ("Never", dict(fault_tolerant_policy="Never"), False),
+])
+def test_a_give_up_says_whether_a_later_attempt_could_succeed(case, kwargs, transient):
+    decision = run(**kwargs)
+    assert decision.action is Action.FAIL, case
+    assert decision.transient is transient, case

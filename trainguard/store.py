@@ -250,6 +250,10 @@ class RunStore:
             yield {"id": event_id, "type": kind, "at": iso_ms(at), "round": round_no, "rank": rank, "node": node,
                    "message": message, "data": json.loads(data or "{}")}
 
+    def last_event_id(self, job_id: str) -> int:
+        """The id of the job's latest event (0 if none): a cursor for :meth:`events`."""
+        return self._tx("SELECT COALESCE(MAX(id), 0) FROM events WHERE job_id = ?", (job_id,)).fetchone()[0]
+
     def history(self, job_id: str) -> History:
         """Everything a strategy may know, rebuilt from the database."""
         ledger = tuple(

@@ -265,7 +265,7 @@ class TrainingJobOperator(BaseOperator):
     def _last_event(self, state_dir: Path, job_id: str) -> int:
         store = RunStore(state_dir)
         try:
-            return max((event["id"] for event in store.events(job_id)), default=0)
+            return store.last_event_id(job_id)
         finally:
             store.close()
 

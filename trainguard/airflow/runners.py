@@ -100,6 +100,11 @@ def _proc_start(pid: int) -> int | None:
     return None if fields[0] in ("Z", "X") else int(fields[19])
 
 
+def _alive(watch: Watch) -> bool:
+    """Whether the watched supervisor process still runs (the same process, not a reused pid)."""
+    return watch["started"] is not None and _proc_start(watch["pid"]) == watch["started"]
+
+
 class LocalRunner:
     """Ranks on this machine under the local adapter; see the module docstring."""
 
@@ -223,9 +228,7 @@ def runner_ended(watch: Watch) -> dict[str, Any] | None:
             raise AdapterError("local", f"the job's supervisor runs on {watch['host']}, this triggerer on "
                                         f"{socket.gethostname()}: deferred local jobs need the triggerer on the "
                                         "worker's host (or deferrable=False)")
-        if _proc_start(watch["pid"]) == watch["started"]:
-            return None
-        return {"state": "EXITED"}
+        return None if _alive(watch) else {"state": "EXITED"}
     state = slurm_job_state(watch["slurm_job"])
     if state.state not in FINISHED:
         return None
@@ -240,12 +243,12 @@ def stop_watched(watch: Watch, grace: float) -> None:
         return
     pid = watch["pid"]
     try:
-        if _proc_start(pid) != watch["started"]:
+        if not _alive(watch):
             return
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace + 5.0
         while time.monotonic() < deadline:
-            if _proc_start(pid) != watch["started"]:
+            if not _alive(watch):
                 return
             time.sleep(0.05)
         os.kill(pid, signal.SIGKILL)

@@ -168,14 +168,15 @@ def _submit(args: argparse.Namespace, args_in: list[str], command: list[str], co
                                state_dir=state_dir, policy=policy, sbatch_options=args.sbatch_option)
     console.print(f"[bold]trainguard[/] job [cyan]{job_id}[/]: submitting to Slurm; history in {state_dir}")
     status = submitter.run()
-    store = RunStore(state_dir)
-    try:
-        print_report(store.report(job_id), console)
-    except TrainguardError:
-        pass
-    finally:
-        store.close()
+    _print_history(state_dir, job_id, console)
     return 0 if status is JobStatus.SUCCEEDED else 1
+
+
+def _print_history(state_dir: Path, job_id: str, console: Console) -> None:
+    """The job's restart records, if it has begun (an allocation may end before it does)."""
+    with RunStore(state_dir) as store:
+        if store.job(job_id) is not None:
+            print_report(store.report(job_id), console)
 
 
 def _inner_run_options(args_in: list[str], job_id: str) -> list[str]:
@@ -302,11 +303,7 @@ def _run(args: argparse.Namespace, command: list[str], console: Console) -> int:
     host = PluginHost(plugins=webhooks)
     status = supervise(spec, policy, state_dir=state_dir, adapter=args.adapter, events_file=args.events_file,
                        host=host)
-    store = RunStore(state_dir)
-    try:
-        print_report(store.report(job_id), console)
-    finally:
-        store.close()
+    _print_history(state_dir, job_id, console)
     if status is JobStatus.RUNNING:
         console.print(f"job {job_id} was requeued; it resumes with its history when the scheduler starts it again")
     return 1 if status is JobStatus.FAILED else 0

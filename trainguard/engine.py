@@ -172,9 +172,8 @@ class Supervisor:
         return max(0.0, min([_IDLE_TICK, *(d - now for d in deadlines)]))
 
     def _hang_deadline(self) -> float | None:
-        if not self._sync or not self.adapter.running():
-            return None
-        return self.hang.deadline(self._progress(), self.hang_overrides, self.adapter.running())
+        running = self.adapter.running() if self._sync else frozenset()
+        return self.hang.deadline(self._progress(), self.hang_overrides, running) if running else None
 
     def _exit_hang_deadline(self) -> float | None:
         if not (self._sync and self.policy.enable_job_exit_hang_detection):
@@ -228,9 +227,8 @@ class Supervisor:
             fault = self.exit_hang.check(now, self.adapter.running())
             if fault is not None:
                 return fault
-        if self._sync and self.adapter.running():
-            return self.hang.check(now, self._progress(), self.hang_overrides, self.stages, self.adapter.running())
-        return None
+        running = self.adapter.running() if self._sync else frozenset()
+        return self.hang.check(now, self._progress(), self.hang_overrides, self.stages, running) if running else None
 
     def _wait(self, timeout: float) -> list[Exit]:
         self._in_wait = True
@@ -624,12 +622,9 @@ def supervise(
     host = host or PluginHost()
     if events_file is not None:
         host.pm.register(JsonLinesNotifier(events_file), name=f"events-file:{events_file}")
-    store = RunStore(state_dir)
-    try:
+    with RunStore(state_dir) as store:
         env = dict(base_env if base_env is not None else os.environ)
         created = host.adapters().create(
             adapter, spec=spec, policy=policy, base_env=env,
             log_dir=Path(state_dir) / "jobs" / spec.job_id / "logs", **dict(adapter_options or {}))
         return Supervisor(spec, policy, created, store, host, base_env=env).run()
-    finally:
-        store.close()

@@ -167,6 +167,12 @@ class RunStore:
     def close(self) -> None:
         self._db.close()
 
+    def __enter__(self) -> "RunStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def _tx(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
         return self._db.execute(sql, params)
 
@@ -298,9 +304,15 @@ def cut_off(job: Mapping[str, Any]) -> bool:
     return job["status"] is JobStatus.RUNNING or failure.get("error_code") in RESUMABLE_CODES
 
 
+def resumable_failure(failure: Mapping[str, Any] | None) -> bool:
+    """Whether a failure (stored, or as ``history --json`` prints it) lets a new supervisor take
+    the job up again under its id: a transient one, or one of :data:`RESUMABLE_CODES`."""
+    return bool(failure) and (bool(failure.get("transient")) or failure.get("error_code") in RESUMABLE_CODES)
+
+
 def is_resumable(job: Mapping[str, Any]) -> bool:
     """Whether a job record (``RunStore.job``) may be taken up again by a new supervisor."""
-    return cut_off(job) or bool((job["failure"] or {}).get("transient"))
+    return job["status"] is JobStatus.RUNNING or resumable_failure(job["failure"])
 
 
 def default_state_dir() -> Path:

@@ -174,22 +174,20 @@ class SlurmSubmitter:
 
     def run(self) -> JobStatus:
         """Submit, watch and resubmit until the job ends; Ctrl-C cancels it."""
-        store = RunStore(self.state_dir)
-        try:
-            resubmits = 0
-            next_submit = self.first_submission(store)
-            while True:
-                slurm_job = self.submit_excluding(store, next_submit)
-                outcome = self.after_allocation(store, slurm_job, self._watch(slurm_job), resubmits)
-                if isinstance(outcome, JobStatus):
-                    return outcome
-                resubmits += 1
-                next_submit = outcome
-        except KeyboardInterrupt:
-            self.cancel()
-            raise
-        finally:
-            store.close()
+        with RunStore(self.state_dir) as store:
+            try:
+                resubmits = 0
+                next_submit = self.first_submission(store)
+                while True:
+                    slurm_job = self.submit_excluding(store, next_submit)
+                    outcome = self.after_allocation(store, slurm_job, self._watch(slurm_job), resubmits)
+                    if isinstance(outcome, JobStatus):
+                        return outcome
+                    resubmits += 1
+                    next_submit = outcome
+            except KeyboardInterrupt:
+                self.cancel()
+                raise
 
     def first_submission(self, store: RunStore) -> Resubmit:
         """Leave out the nodes this job's history has isolated (a resumed job keeps its judgement)."""

@@ -41,7 +41,7 @@ from typing import Any, Mapping
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from trainguard.store import RESUMABLE_CODES, RunStore
+from trainguard.store import RunStore, resumable_failure
 
 # Job ids name directories and appear in Slurm job names: keep them to a safe alphabet.
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -90,11 +90,13 @@ def read_report(state_dir: Path, job_id: str) -> dict[str, Any] | None:
     """The job's ``trainguard history --json`` object, or None if there is no such job."""
     if not (state_dir / RunStore.FILENAME).exists():
         return None
-    store = RunStore(state_dir)
-    try:
+    with RunStore(state_dir) as store:
         return store.report(job_id) if store.job(job_id) is not None else None
-    finally:
-        store.close()
+
+
+def resumable(report: Mapping[str, Any]) -> bool:
+    """:func:`trainguard.store.is_resumable`, read from a ``history --json`` object."""
+    return report["status"] == "running" or resumable_failure(report.get("failure"))
 
 
 def failure_message(report: Mapping[str, Any]) -> str:
@@ -112,8 +114,7 @@ def raise_for_report(report: Mapping[str, Any]) -> None:
     if status == "running":
         raise AirflowException(f"trainguard job {report['job_id']} is still running elsewhere "
                                "(requeued by its scheduler); a retry follows it")
-    failure = report.get("failure") or {}
-    if failure.get("transient") or failure.get("error_code") in RESUMABLE_CODES:
+    if resumable(report):
         raise AirflowException(f"{failure_message(report)} (transient: a retry resumes the job with its history "
                                "and budgets)")
     raise AirflowFailException(f"{failure_message(report)} (permanent: not retried)")

@@ -16,7 +16,7 @@ from typing import Any, Collection, Mapping, Sequence
 from airflow.sdk import BaseNotifier, BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from trainguard.airflow.jobs import job_id_for, raise_for_report, read_report, resolve_state_dir
+from trainguard.airflow.jobs import job_id_for, raise_for_report, read_report, resolve_state_dir, resumable
 from trainguard.airflow.runners import JobRunner, Watch, make_runner
 from trainguard.airflow.triggers import TrainingJobTrigger
 from trainguard.engine import SupervisorInterrupted
@@ -25,7 +25,7 @@ from trainguard.hooks import PluginHost, hookimpl
 from trainguard.logtail import read_tail
 from trainguard.model import Event, JobSpec, JobStatus
 from trainguard.policy import Policy, build_policy, parse_aimaster_args
-from trainguard.store import RunStore, is_resumable
+from trainguard.store import RunStore
 
 # The events passed to ``event_notifiers`` unless ``notify_events`` says otherwise.
 DEFAULT_NOTIFY_EVENTS = ("round_started", "node_isolated", "job_failed", "sdk_message")
@@ -159,7 +159,7 @@ class TrainingJobOperator(BaseOperator):
         context["ti"].xcom_push(key="trainguard_job_id", value=spec.job_id)
         earlier = read_report(state_dir, spec.job_id)
         if earlier is not None:
-            if earlier["status"] == "succeeded" or not self._resumable(state_dir, spec.job_id):
+            if earlier["status"] == "succeeded" or not resumable(earlier):
                 self.log.info("trainguard job %s already ended (%s) in an earlier try: not run again",
                               spec.job_id, earlier["status"])
                 return self._finish(context, state_dir, spec.job_id)
@@ -176,9 +176,10 @@ class TrainingJobOperator(BaseOperator):
             except TrainguardError as exc:
                 raise AirflowFailException(f"trainguard job {spec.job_id}: {exc}") from None
             return self._finish(context, state_dir, spec.job_id)
+        with RunStore(state_dir) as store:
+            seen = store.last_event_id(spec.job_id)
         rounds = len(earlier["rounds"]) if earlier else 0
-        self._defer(state_dir, spec.job_id, self._launch(runner, spec.job_id), rounds, self._last_event(state_dir,
-                                                                                                      spec.job_id))
+        self._defer(state_dir, spec.job_id, self._launch(runner, spec.job_id), rounds, seen, policy)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Resume after the trigger fired: log and relay what happened, then defer again or end.
@@ -191,7 +192,7 @@ class TrainingJobOperator(BaseOperator):
         rounds = report["rounds"] if report else []
         for record in rounds[rounds_seen:]:
             self.log.info("trainguard job %s %s", spec.job_id, round_line(record))
-        self._relay_stored(context, state_dir, spec.job_id, events_seen)
+        events_seen = self._catch_up(context, state_dir, spec.job_id, events_seen)
         kind = event["kind"]
         if kind == "finished":
             return self._finish(context, state_dir, spec.job_id)
@@ -207,7 +208,7 @@ class TrainingJobOperator(BaseOperator):
             if outcome is None:
                 self._lost(state_dir, spec.job_id, watch)
             watch = outcome
-        self._defer(state_dir, spec.job_id, watch, len(rounds), self._last_event(state_dir, spec.job_id))
+        self._defer(state_dir, spec.job_id, watch, len(rounds), events_seen, policy)
 
     def on_kill(self) -> None:
         """Stop the job and everything it started (the detached supervisor or the Slurm job; an
@@ -224,11 +225,12 @@ class TrainingJobOperator(BaseOperator):
             raise AirflowException(f"trainguard job {job_id}: cannot start: {exc}") from None
         return self._watch
 
-    def _defer(self, state_dir: Path, job_id: str, watch: Watch, rounds_seen: int, events_seen: int) -> None:
+    def _defer(self, state_dir: Path, job_id: str, watch: Watch, rounds_seen: int, events_seen: int,
+               policy: Policy) -> None:
         self._watch = watch
         trigger = TrainingJobTrigger(job_id=job_id, state_dir=str(state_dir), watch=watch, rounds_seen=rounds_seen,
                                      events_seen=events_seen, poll_interval=self.poll_interval,
-                                     stop_grace_period=make_policy(self.policy).stop_grace_period)
+                                     stop_grace_period=policy.stop_grace_period)
         self.defer(trigger=trigger, method_name="execute_complete")
 
     def _lost(self, state_dir: Path, job_id: str, watch: Watch) -> None:
@@ -254,21 +256,6 @@ class TrainingJobOperator(BaseOperator):
         raise_for_report(report)
         return report
 
-    def _resumable(self, state_dir: Path, job_id: str) -> bool:
-        store = RunStore(state_dir)
-        try:
-            job = store.job(job_id)
-            return job is not None and is_resumable(job)
-        finally:
-            store.close()
-
-    def _last_event(self, state_dir: Path, job_id: str) -> int:
-        store = RunStore(state_dir)
-        try:
-            return store.last_event_id(job_id)
-        finally:
-            store.close()
-
     def _host(self, context: Context) -> PluginHost:
         """The plugins, plus one that relays the job's events to ``event_notifiers``."""
         operator = self
@@ -280,16 +267,14 @@ class TrainingJobOperator(BaseOperator):
 
         return PluginHost(plugins={"airflow-task": _Relay()})
 
-    def _relay_stored(self, context: Context, state_dir: Path, job_id: str, after: int) -> None:
-        if not self.event_notifiers:
-            return
-        store = RunStore(state_dir)
-        try:
-            events = list(store.events(job_id, after=after))
-        finally:
-            store.close()
+    def _catch_up(self, context: Context, state_dir: Path, job_id: str, after: int) -> int:
+        """Relay the events stored since ``after`` to ``event_notifiers``; the new cursor."""
+        with RunStore(state_dir) as store:
+            events = list(store.events(job_id, after=after)) if self.event_notifiers else []
+            last = store.last_event_id(job_id)
         for event in events:
             self._relay(context, {**event, "job_id": job_id})
+        return last
 
     def _relay(self, context: Context, event: Mapping[str, Any]) -> None:
         """Call each Airflow notifier for ``event``; a copy per call, since notifiers render their

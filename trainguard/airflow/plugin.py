@@ -14,7 +14,8 @@ Routes:
 
 from __future__ import annotations
 
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 from urllib.parse import quote
 
 from airflow.plugins_manager import AirflowPlugin
@@ -28,9 +29,15 @@ from trainguard.store import RunStore
 PREFIX = "/trainguard"
 
 
-def _store() -> RunStore | None:
+@contextmanager
+def _open_store() -> Iterator[RunStore | None]:
+    """The run history, or None before any job has written one (a page must not create it)."""
     state_dir = resolve_state_dir()
-    return RunStore(state_dir) if (state_dir / RunStore.FILENAME).exists() else None
+    if not (state_dir / RunStore.FILENAME).exists():
+        yield None
+        return
+    with RunStore(state_dir) as store:
+        yield store
 
 
 async def require_user(request: Request) -> None:
@@ -60,45 +67,29 @@ def create_app(prefix: str = PREFIX, *, authenticate: bool = True) -> FastAPI:
 
     @app.get("/", response_class=HTMLResponse)
     def jobs() -> str:
-        store = _store()
-        if store is None:
-            return jobs_page([], prefix, str(resolve_state_dir()))
-        try:
-            return jobs_page([store.report(job_id) for job_id in store.job_ids()], prefix, str(store.path.parent))
-        finally:
-            store.close()
+        with _open_store() as store:
+            reports = [store.report(job_id) for job_id in store.job_ids()] if store else []
+        return jobs_page(reports, prefix, str(resolve_state_dir()))
 
     @app.get("/jobs/{job_id}.json")
     def job_json(job_id: str) -> JSONResponse:
-        store = _store()
-        try:
+        with _open_store() as store:
             return JSONResponse(report_or_404(store, job_id))
-        finally:
-            if store is not None:
-                store.close()
 
     @app.get("/jobs/{job_id}", response_class=HTMLResponse)
     def job(job_id: str) -> str:
-        store = _store()
-        try:
+        with _open_store() as store:
             report = report_or_404(store, job_id)
             assert store is not None
             return job_page(report, list(store.events(job_id)), prefix)
-        finally:
-            if store is not None:
-                store.close()
 
     @app.get("/task")
     def task(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> RedirectResponse:
         """The task instance's latest job under the operator's default id (one per series of
         tries, see :mod:`trainguard.airflow.jobs`); a custom ``job_id`` is found in the list."""
         base = base_job_id(dag_id, task_id, run_id, map_index)
-        store = _store()
-        try:
+        with _open_store() as store:
             ids = [j for j in (store.job_ids() if store else []) if j == base or j.startswith(base + ".try")]
-        finally:
-            if store is not None:
-                store.close()
         return RedirectResponse(f"{prefix}/jobs/{quote(ids[-1] if ids else base, safe='')}")
 
     return app

@@ -108,18 +108,16 @@ def _alive(watch: Watch) -> bool:
 class LocalRunner:
     """Ranks on this machine under the local adapter; see the module docstring."""
 
-    def __init__(self, spec: JobSpec, policy: Policy, state_dir: Path, *, base_env: Mapping[str, str] | None = None,
+    def __init__(self, spec: JobSpec, policy: Policy, state_dir: Path, *,
                  options: Mapping[str, Any] | None = None) -> None:
         if options:
             raise PolicyError("adapter_options", f"the local adapter takes none, got {sorted(options)}")
         self.spec = spec
         self.policy = policy
         self.state_dir = state_dir
-        self.base_env = dict(base_env if base_env is not None else os.environ)
 
     def run(self, host: PluginHost) -> JobStatus:
-        return supervise(self.spec, self.policy, state_dir=self.state_dir, adapter="local", host=host,
-                         base_env=self.base_env)
+        return supervise(self.spec, self.policy, state_dir=self.state_dir, adapter="local", host=host)
 
     def launch(self) -> Watch:
         policy_file = write_policy(self.state_dir, self.spec.job_id, self.policy)
@@ -128,7 +126,7 @@ class LocalRunner:
         output = self.state_dir / "jobs" / self.spec.job_id / "supervisor.log"
         launched_at = time.time()
         with open(output, "ab") as out:
-            process = subprocess.Popen(argv, cwd=self.spec.cwd, env=self.base_env, stdin=subprocess.DEVNULL,
+            process = subprocess.Popen(argv, cwd=self.spec.cwd, stdin=subprocess.DEVNULL,
                                        stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         started = _proc_start(process.pid)
         log.info("[%s] supervisor started detached as pid %d; its output: %s", self.spec.job_id, process.pid, output)
@@ -139,6 +137,7 @@ class LocalRunner:
         return None
 
     def stop(self, watch: Watch | None) -> None:
+        # In the task (no watch) the supervisor stops its ranks itself on the task's signal.
         if watch is not None:
             stop_watched(watch, self.policy.stop_grace_period)
 
@@ -148,7 +147,7 @@ class SlurmRunner:
 
     OPTIONS = frozenset({"sbatch_options", "poll_interval"})
 
-    def __init__(self, spec: JobSpec, policy: Policy, state_dir: Path, *, base_env: Mapping[str, str] | None = None,
+    def __init__(self, spec: JobSpec, policy: Policy, state_dir: Path, *,
                  options: Mapping[str, Any] | None = None) -> None:
         options = dict(options or {})
         unknown = set(options) - self.OPTIONS
@@ -162,49 +161,40 @@ class SlurmRunner:
         self.spec = spec
         self.policy = policy
         self.state_dir = state_dir
-        policy_file = write_policy(state_dir, spec.job_id, policy)
-        inner = run_options(spec, policy_file)
         self.submitter = SlurmSubmitter(
-            job_id=spec.job_id, script=lambda: batch_script(inner, state_dir, spec.command, spec.cwd),
-            state_dir=state_dir, policy=policy, sbatch_options=list(sbatch_options), env=base_env,
-            poll=float(options.get("poll_interval", 2.0)))
+            job_id=spec.job_id, script=self._script, state_dir=state_dir, policy=policy,
+            sbatch_options=list(sbatch_options), poll=float(options.get("poll_interval", 2.0)))
+
+    def _script(self) -> str:
+        """The batch script, written with its policy file at each submission."""
+        policy_file = write_policy(self.state_dir, self.spec.job_id, self.policy)
+        return batch_script(run_options(self.spec, policy_file), self.state_dir, self.spec.command, self.spec.cwd)
 
     def run(self, host: PluginHost) -> JobStatus:
         self.submitter.host = host
         return self.submitter.run()
 
-    def _submit(self, plan: Resubmit, resubmits: int) -> Watch:
-        store = RunStore(self.state_dir)
+    def _submit(self, store: RunStore, plan: Resubmit, resubmits: int) -> Watch:
         launched_at = time.time()
-        try:
-            slurm_job = self.submitter.submit_excluding(store, plan)
-        finally:
-            store.close()
+        slurm_job = self.submitter.submit_excluding(store, plan)
         return {"kind": "slurm", "slurm_job": slurm_job, "resubmits": resubmits, "launched_at": launched_at}
 
     def launch(self) -> Watch:
-        store = RunStore(self.state_dir)
-        try:
-            plan = self.submitter.first_submission(store)
-        finally:
-            store.close()
-        return self._submit(plan, 0)
+        with RunStore(self.state_dir) as store:
+            return self._submit(store, self.submitter.first_submission(store), 0)
 
     def runner_lost(self, watch: Watch, state: Mapping[str, Any]) -> Watch | JobStatus | None:
-        store = RunStore(self.state_dir)
-        try:
+        with RunStore(self.state_dir) as store:
             outcome = self.submitter.after_allocation(store, watch["slurm_job"], SlurmJobState(**state),
                                                       watch["resubmits"])
-        finally:
-            store.close()
-        if isinstance(outcome, JobStatus):
-            return outcome
-        return self._submit(outcome, watch["resubmits"] + 1)
+            if isinstance(outcome, JobStatus):
+                return outcome
+            return self._submit(store, outcome, watch["resubmits"] + 1)
 
     def stop(self, watch: Watch | None) -> None:
         if watch is not None:
-            cancel_slurm_job(watch["slurm_job"], self.submitter.env)
-        else:
+            stop_watched(watch, self.policy.stop_grace_period)
+        else:  # submitted from the task itself (deferrable=False)
             self.submitter.cancel()
 
 
@@ -212,12 +202,12 @@ RUNNERS: dict[str, type[LocalRunner] | type[SlurmRunner]] = {"local": LocalRunne
 
 
 def make_runner(adapter: str, spec: JobSpec, policy: Policy, state_dir: Path, *,
-                base_env: Mapping[str, str] | None = None, options: Mapping[str, Any] | None = None) -> JobRunner:
+                options: Mapping[str, Any] | None = None) -> JobRunner:
     """The runner for ``adapter``; an unknown one is a :class:`PolicyError` naming the known ones."""
     factory = RUNNERS.get(adapter)
     if factory is None:
         raise PolicyError("adapter", f"{adapter!r} is not supported by the operator (known: {', '.join(RUNNERS)})")
-    return factory(spec, policy, state_dir, base_env=base_env, options=options)
+    return factory(spec, policy, state_dir, options=options)
 
 
 def runner_ended(watch: Watch) -> dict[str, Any] | None:

@@ -34,15 +34,12 @@ def read_progress(state_dir: str, job_id: str, events_seen: int,
     decided the job's end at or after ``since``: a resumed job's record says how the previous
     try ended until the new supervisor takes it up, and a supervisor cut off (interrupted with
     its allocation, say) leaves the decision to the runner once it is seen to have ended."""
-    store = RunStore(Path(state_dir))
-    try:
+    with RunStore(Path(state_dir)) as store:
         job = store.job(job_id)
         if job is None:
             return None, 0, []
         status = job["status"] if job["updated_at"] >= since and not cut_off(job) else None
         return status, store.next_round(job_id) - 1, list(store.events(job_id, after=events_seen))
-    finally:
-        store.close()
 
 
 def event_line(event: dict[str, Any]) -> str:

@@ -62,9 +62,8 @@ def run_demo(*, state_dir: str | None, steps: int, console: Console) -> int:
                        state_dir=workdir, events_file=workdir / "events.jsonl")
     expectations.append((doomed, status, JobStatus.FAILED, []))
 
-    store = RunStore(workdir)
     ok = True
-    try:
+    with RunStore(workdir) as store:
         for job_id, status, wanted, actions in expectations:
             report = store.report(job_id)
             print_report(report, console)
@@ -73,8 +72,6 @@ def run_demo(*, state_dir: str | None, steps: int, console: Console) -> int:
                 ok = False
                 console.print(f"[red]unexpected: {job_id} {status.value} with rounds {got}; "
                               f"wanted {wanted.value} with {actions}[/]")
-    finally:
-        store.close()
     console.print(f"history: trainguard history JOB_ID --state-dir {workdir} --json; "
                   f"events: {workdir / 'events.jsonl'}")
     console.print("[green]demo finished as expected[/]" if ok else "[red]demo did not go as expected[/]")

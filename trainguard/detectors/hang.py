@@ -37,28 +37,29 @@ class HangDetector:
         """Each rank's interval: its own from the SDK, else the job's; None or -1: not watched."""
         return {rank: overrides[rank] if overrides.get(rank) is not None else self.interval for rank in ranks}
 
-    def _start(self, progress: Mapping[int, float | None], running: Collection[int]) -> dict[int, float]:
-        """When each running rank's silence began: its last progress, the last output of a rank
-        that has ended, or the (re)start, whichever is latest."""
+    def _judge(self, progress: Mapping[int, float | None], overrides: Mapping[int, float | None],
+               running: Collection[int]) -> tuple[dict[int, float], dict[int, float | None], float | None]:
+        """Each running rank's silence start and interval, and the job's deadline (None: never).
+
+        A rank's silence starts at its last progress, the last output of a rank that has ended,
+        or the (re)start, whichever is latest."""
         ended = max((progress[r] or 0.0 for r in progress if r not in running), default=0.0)
-        return {rank: max(self.since, progress[rank] or 0.0, ended) for rank in progress if rank in running}
+        starts = {rank: max(self.since, progress[rank] or 0.0, ended) for rank in progress if rank in running}
+        limits = self.intervals(starts, overrides)
+        if not limits or any(limit is None or limit < 0 for limit in limits.values()):
+            return starts, limits, None
+        return starts, limits, max(starts[rank] + limit for rank, limit in limits.items())  # type: ignore[operator]
 
     def deadline(self, progress: Mapping[int, float | None], overrides: Mapping[int, float | None],
                  running: Collection[int]) -> float | None:
         """When the job becomes hung if no running rank makes progress before then; None: never."""
-        starts = self._start(progress, running)
-        limits = self.intervals(starts, overrides)
-        if not limits or any(limit is None or limit < 0 for limit in limits.values()):
-            return None
-        return max(starts[rank] + limit for rank, limit in limits.items())  # type: ignore[operator]
+        return self._judge(progress, overrides, running)[2]
 
     def check(self, now: float, progress: Mapping[int, float | None], overrides: Mapping[int, float | None],
               stages: Mapping[int, str | None], running: Collection[int]) -> Fault | None:
-        deadline = self.deadline(progress, overrides, running)
+        starts, limits, deadline = self._judge(progress, overrides, running)
         if deadline is None or now < deadline:
             return None
-        starts = self._start(progress, running)
-        limits = self.intervals(starts, overrides)
         detail = "; ".join(
             f"rank {rank}{f' in stage {stages[rank]!r}' if stages.get(rank) else ''} silent "
             f"{now - starts[rank]:.1f} s (interval {limits[rank]:g})" for rank in sorted(starts))

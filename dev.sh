@@ -14,6 +14,10 @@ system_packages() {
     local missing=()
     command -v slurmctld >/dev/null 2>&1 || [ -x /usr/sbin/slurmctld ] || missing+=(slurm-wlm munge)
     command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+    # The store's tests run against a real PostgreSQL server that their fixture starts.
+    command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
+    # The MPI framework's tests run a real mpirun (OpenMPI) with mpi4py.
+    command -v mpirun >/dev/null 2>&1 || missing+=(openmpi-bin libopenmpi-dev)
     [ ${#missing[@]} = 0 ] && return
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         apt-get update -qq
@@ -33,7 +37,7 @@ setup() {
     want=$(cat pyproject.toml requirements-lock.txt | sha256sum | cut -d' ' -f1)
     if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
         "$VENV/bin/python" -m pip install -q --upgrade pip
-        "$VENV/bin/python" -m pip install -q -c requirements-lock.txt -e '.[dev,torch,airflow]'
+        "$VENV/bin/python" -m pip install -q -c requirements-lock.txt -e '.[dev,torch,airflow,kubernetes,mpi]'
         echo "$want" > "$stamp"
     fi
 }

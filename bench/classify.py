@@ -1,16 +1,24 @@
-"""Classifier quality on shared/faultlogs/dev.jsonl, and classification time.
+"""Classifier quality on the repository's corpus, and classification time.
 
-Prints per-label precision and recall, category accuracy, retryable and node-fault accuracy,
-how many user_code excerpts were marked retryable, the time to classify the whole dev set, and
-the time to classify a 1 GB log file (only its tail is read, so it costs what a small one does).
+Reads only ``tests/data/faultlogs/``: ``dev.jsonl`` and every ``tune*.jsonl`` (what the catalog
+was tuned on: ``tune.jsonl`` from the split, ``tune2.jsonl`` collected later from other threads)
+and ``holdout.jsonl`` (never tuned on, only scored). For each set it prints the
+category and retryable accuracy, node-fault accuracy, how many user_code excerpts were marked
+retryable, per-category precision and recall, and the confusion matrix; then the time to
+classify a 1 GB log file (only its tail is read, so it costs what a small one does).
 
-    python bench/classify.py [--big-log-gb 1]
+    python bench/classify.py [--big-log-gb 1] [--misses]
+    python bench/classify.py --split     # once: collected_*.jsonl -> tune.jsonl + holdout.jsonl
+
+``--misses`` lists the excerpts of the tuning sets that were classified wrongly (never those
+of the holdout set, whose texts are not for writing patterns).
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import hashlib
 import json
 import os
 import statistics
@@ -18,44 +26,133 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from trainguard.hooks import PluginHost  # noqa: E402
 from trainguard.logtail import read_tail  # noqa: E402
-from trainguard.model import ErrorSource, Fault  # noqa: E402
+from trainguard.model import ErrorSource, Fault, Verdict  # noqa: E402
 from trainguard.policy import Policy  # noqa: E402
 
-DEV = Path(__file__).resolve().parents[2] / "shared" / "faultlogs" / "dev.jsonl"
+DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "faultlogs"
+LABELS = ("nccl_timeout", "nccl_error", "cuda_oom", "host_oom", "gpu_hardware", "node_or_infra", "user_code",
+          "hang_or_stuck", "segfault_or_signal", "success_or_benign")
+KEYS = {"id", "source", "label", "retryable", "node_fault", "note", "text"}
 
 
-def quality(host: PluginHost, policy: Policy) -> None:
-    rows = [json.loads(line) for line in DEV.read_text().splitlines()]
-    started = time.perf_counter()
-    verdicts = [host.classify(Fault(ErrorSource.LOG, 0.0), row["text"][-policy.log_tail_bytes:], policy) for row in rows]
-    elapsed = time.perf_counter() - started
-    labels = sorted({row["label"] for row in rows})
-    print(f"dev set: {len(rows)} excerpts")
+def validate(row: Any, where: str) -> list[str]:
+    """What is wrong with one corpus line (empty when it is usable)."""
+    if not isinstance(row, dict):
+        return [f"{where}: not an object"]
+    problems = []
+    if set(row) != KEYS:
+        problems.append(f"{where}: keys {sorted(set(row) ^ KEYS)} differ from the schema")
+    if row.get("label") not in LABELS:
+        problems.append(f"{where}: label {row.get('label')!r} is not one of the README's")
+    for key in ("retryable", "node_fault"):
+        if not isinstance(row.get(key), bool):
+            problems.append(f"{where}: {key} is not a boolean")
+    if not isinstance(row.get("text"), str) or not row.get("text", "").strip():
+        problems.append(f"{where}: empty text")
+    if not isinstance(row.get("source"), str) or not row.get("source", "").startswith("http"):
+        problems.append(f"{where}: source is not an address")
+    return problems
+
+
+def load(name: str) -> list[dict[str, Any]]:
+    path = DATA / name
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def goes_to_holdout(row: dict[str, Any]) -> bool:
+    """The split rule: the first byte of sha256(source + newline + text) is odd."""
+    return hashlib.sha256(f"{row['source']}\n{row['text']}".encode()).digest()[0] % 2 == 1
+
+
+def split() -> None:
+    """Validate the collected excerpts and split them once into tune.jsonl and holdout.jsonl."""
+    tune_path, holdout_path = DATA / "tune.jsonl", DATA / "holdout.jsonl"
+    if tune_path.exists() or holdout_path.exists():
+        raise SystemExit("the corpus is split already: tune.jsonl / holdout.jsonl exist")
+    seen = {row["text"].strip() for row in load("dev.jsonl")}
+    parts: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
+    dropped = []
+    for path in sorted(DATA.glob("collected_*.jsonl")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            where = f"{path.name}:{number}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                dropped.append(f"{where}: not JSON ({exc})")
+                continue
+            problems = validate(row, where)
+            if not problems and row["text"].strip() in seen:
+                problems = [f"{where}: the same text is in the corpus already"]
+            if problems:
+                dropped.extend(problems)
+                continue
+            seen.add(row["text"].strip())
+            row = {**row, "id": f"{path.stem.removeprefix('collected_')}-{row['id']}"}
+            parts[goes_to_holdout(row)].append(row)
+    for path, rows in ((tune_path, parts[False]), (holdout_path, parts[True])):
+        path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+    print(f"tune: {len(parts[False])} excerpts, holdout: {len(parts[True])} excerpts, dropped: {len(dropped)}")
+    for problem in dropped:
+        print(f"  dropped {problem}")
+
+
+def classify_all(host: PluginHost, policy: Policy, rows: list[dict[str, Any]]) -> list[Verdict]:
+    return [host.classify(Fault(ErrorSource.LOG, 0.0), row["text"][-policy.log_tail_bytes:], policy)
+            for row in rows]
+
+
+def scores(rows: list[dict[str, Any]], verdicts: list[Verdict]) -> dict[str, float]:
+    n = len(rows) or 1
+    return {
+        "category": sum(v.category.value == r["label"] for r, v in zip(rows, verdicts)) / n,
+        "retryable": sum(v.retryable == r["retryable"] for r, v in zip(rows, verdicts)) / n,
+        "node_fault": sum(v.node_fault == r["node_fault"] for r, v in zip(rows, verdicts)) / n,
+        "user_code_retryable": sum(1 for r, v in zip(rows, verdicts) if r["label"] == "user_code" and v.retryable),
+        "unknown": sum(1 for v in verdicts if v.category.value == "unknown"),
+    }
+
+
+def report(name: str, rows: list[dict[str, Any]], verdicts: list[Verdict], misses: bool) -> None:
+    if not rows:
+        print(f"{name}: no excerpts")
+        return
+    s = scores(rows, verdicts)
+    print(f"{name}: {len(rows)} excerpts")
+    print(f"  category accuracy {s['category']:.3f}   retryable accuracy {s['retryable']:.3f}   "
+          f"node-fault accuracy {s['node_fault']:.3f}   user_code marked retryable: {s['user_code_retryable']}   "
+          f"unknown: {s['unknown']}")
+    predicted_labels = sorted({v.category.value for v in verdicts} - set(LABELS))
+    columns = list(LABELS) + predicted_labels
     print(f"  {'label':<20} {'precision':>9} {'recall':>7} {'n':>4}")
-    for label in labels:
-        predicted = [r for r, v in zip(rows, verdicts) if v.category.value == label]
-        actual = [r for r in rows if r["label"] == label]
+    for label in LABELS:
+        predicted = sum(1 for v in verdicts if v.category.value == label)
+        actual = sum(1 for r in rows if r["label"] == label)
         hits = sum(1 for r, v in zip(rows, verdicts) if v.category.value == label == r["label"])
-        precision = hits / len(predicted) if predicted else 0.0
-        print(f"  {label:<20} {precision:>9.2f} {hits / len(actual):>7.2f} {len(actual):>4}")
-    n = len(rows)
-    category = sum(v.category.value == r["label"] for r, v in zip(rows, verdicts)) / n
-    retryable = sum(v.retryable == r["retryable"] for r, v in zip(rows, verdicts)) / n
-    node = sum(v.node_fault == r["node_fault"] for r, v in zip(rows, verdicts)) / n
-    user_retryable = sum(1 for r, v in zip(rows, verdicts) if r["label"] == "user_code" and v.retryable)
-    print(f"  category accuracy {category:.3f} (goal >= 0.95)   retryable accuracy {retryable:.3f} (goal >= 0.95)   "
-          f"node-fault accuracy {node:.3f}")
-    print(f"  user_code excerpts marked retryable: {user_retryable} (goal 0)")
-    confusion = collections.Counter((r["label"], v.category.value) for r, v in zip(rows, verdicts)
-                                    if r["label"] != v.category.value)
-    if confusion:
-        print("  confusions (label -> verdict): " + ", ".join(f"{a}->{b} x{c}" for (a, b), c in confusion.items()))
-    print(f"  whole dev set classified in {elapsed * 1000:.1f} ms ({elapsed / n * 1e6:.0f} us per excerpt)")
+        precision = f"{hits / predicted:.2f}" if predicted else "-"
+        recall = f"{hits / actual:.2f}" if actual else "-"
+        print(f"  {label:<20} {precision:>9} {recall:>7} {actual:>4}")
+    matrix = collections.Counter((r["label"], v.category.value) for r, v in zip(rows, verdicts))
+    short = {label: label[:6] for label in columns}
+    print("  confusion (rows: label, columns: verdict)")
+    print("  " + " " * 20 + "".join(f"{short[c]:>7}" for c in columns))
+    for label in LABELS:
+        if any(matrix[(label, c)] for c in columns):
+            print(f"  {label:<20}" + "".join(f"{matrix[(label, c)] or '.':>7}" for c in columns))
+    if misses:
+        for r, v in zip(rows, verdicts):
+            if v.category.value != r["label"] or v.retryable != r["retryable"]:
+                print(f"    miss {r['id']}: {r['label']}/{r['retryable']} -> {v.category.value}/{v.retryable} "
+                      f"({v.classifier}) {v.evidence[:100]!r}")
 
 
 def big_log(host: PluginHost, policy: Policy, gigabytes: float) -> None:
@@ -87,14 +184,32 @@ def big_log(host: PluginHost, policy: Policy, gigabytes: float) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--big-log-gb", type=float, default=1.0)
+    parser.add_argument("--misses", action="store_true", help="list the tuning sets' misses")
+    parser.add_argument("--split", action="store_true", help="split collected_*.jsonl once, then stop")
     args = parser.parse_args()
+    if args.split:
+        split()
+        return
     host = PluginHost(load_entry_points=False)
     policy = Policy()
     started = time.perf_counter()
     host.patterns()
     print(f"catalog: {len(host.patterns())} patterns loaded and compiled in "
           f"{(time.perf_counter() - started) * 1000:.1f} ms")
-    quality(host, policy)
+    tuning = {"dev": load("dev.jsonl")}
+    tuning.update({path.stem: load(path.name) for path in sorted(DATA.glob("tune*.jsonl"))})
+    holdout = load("holdout.jsonl")
+    started = time.perf_counter()
+    verdicts = {name: classify_all(host, policy, rows) for name, rows in (*tuning.items(), ("holdout", holdout))}
+    elapsed = time.perf_counter() - started
+    for name, rows in tuning.items():
+        report(f"{name} (tuned on)", rows, verdicts[name], args.misses)
+    report(" + ".join(tuning) + " (tuned on)", [row for rows in tuning.values() for row in rows],
+           [v for name in tuning for v in verdicts[name]], False)
+    report("holdout (never tuned on; goals: category >= 0.90, retryable >= 0.90, user_code retryable 0)",
+           holdout, verdicts["holdout"], False)
+    total = sum(len(rows) for rows in tuning.values()) + len(holdout)
+    print(f"{total} excerpts classified in {elapsed * 1000:.1f} ms ({elapsed / max(total, 1) * 1e6:.0f} us each)")
     big_log(host, policy, args.big_log_gb)
 
 

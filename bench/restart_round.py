@@ -6,7 +6,7 @@ last breath to the moment every new rank has its process group up and a first al
 done. Three launchers, in the same run:
 
 - torchrun with ``--max-restarts`` (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``, see ENVIRONMENT.md)
-- ``trainguard run`` restarting cold (new interpreters, ``import torch`` again)
+- ``trainguard run --warm-standby=false`` restarting cold (new interpreters, ``import torch`` again)
 - ``trainguard run --warm-standby --preload torch``: spare interpreters with torch imported
 
     python bench/restart_round.py [--rounds 4] [--run-seconds 8]
@@ -70,7 +70,8 @@ def main() -> None:
                                                "--nproc-per-node", "4", "--max-restarts", str(args.rounds),
                                                str(WORKER)], args.rounds, args.run_seconds, workdir)
     cold = run("trainguard run", [python, "-m", "trainguard", *policy[-2:], "run", "--nproc", "4",
-                                  "--state-dir", str(workdir / "state"), *policy[:-2], "--", *worker],
+                                  "--state-dir", str(workdir / "state"), *policy[:-2], "--warm-standby=false",
+                                  "--", *worker],
                args.rounds, args.run_seconds, workdir)
     warm = run("trainguard run --warm-standby", [python, "-m", "trainguard", *policy[-2:], "run", "--nproc", "4",
                                                  "--state-dir", str(workdir / "state"), *policy[:-2],

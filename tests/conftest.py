@@ -24,7 +24,6 @@ from trainguard.store import RunStore
 
 RANK_SCRIPT = Path(__file__).parent / "helpers" / "rank.py"
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
 
 # Airflow reads its configuration once, when first imported: give it a private home (SQLite
 # database, no example DAGs) before any test module imports it, so no test touches a real
@@ -71,6 +70,10 @@ class JobRun:
 
     def starts_of(self, rank: int) -> list[dict[str, Any]]:
         return [s for s in self.starts if s["RANK"] == str(rank)]
+
+    def events(self) -> list[dict[str, Any]]:
+        with RunStore(self.state_dir) as store:
+            return list(store.events(self.job_id))
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -52,6 +53,7 @@ class LocalSlurmCluster:
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
         self.ctld_port = _free_port()
         self.node_ports = {node: _free_port() for node in self.nodes}
+        self._paused = False
 
     def _write_config(self) -> None:
         d = self.dir
@@ -118,6 +120,24 @@ class LocalSlurmCluster:
     def stop_slurmctld(self) -> None:
         self._stop("slurmctld")
 
+    def pause_slurmctld(self, seconds: float) -> threading.Thread:
+        """Stop slurmctld (SIGSTOP: it holds its port but answers nothing, as a controller in a
+        long scheduling pass or a failover does) and let it go on after ``seconds``, from a
+        thread that is returned already started."""
+        pid = self.procs["slurmctld"].pid
+        os.kill(pid, signal.SIGSTOP)
+        self._paused = True
+        resume = threading.Timer(seconds, self.resume_slurmctld)
+        resume.daemon = True
+        resume.start()
+        return resume
+
+    def resume_slurmctld(self) -> None:
+        proc = self.procs.get("slurmctld")
+        if proc is not None and self._paused:
+            os.kill(proc.pid, signal.SIGCONT)
+        self._paused = False
+
     def start_slurmd(self, node: str) -> None:
         self.procs[f"slurmd-{node}"] = subprocess.Popen(
             [_tool("slurmd"), "-D", "-N", node, "-f", str(self.conf)], env=self.env,
@@ -170,10 +190,32 @@ class LocalSlurmCluster:
 
     def stop(self) -> None:
         """Cancel every job and stop every daemon this cluster started, by pid."""
+        self.resume_slurmctld()
         if "slurmctld" in self.procs:
             try:
                 self.run("scancel", "--full", "-u", "root", timeout=10)
             except subprocess.SubprocessError:
                 pass
-        for name in [n for n in self.procs if n.startswith("slurmd-")] + ["slurmctld", "munged"]:
+        # Steps that lost their controller for a while can linger for a minute (or, once the
+        # controller is gone, for ever) and hold their slurmd: they are this cluster's, end them.
+        self._kill_step_daemons()
+        for name in [*[n for n in self.procs if n.startswith("slurmd-")], "slurmctld", "munged"]:
             self._stop(name)
+        self._kill_step_daemons()
+
+    def _kill_step_daemons(self) -> None:
+        """SIGKILL the slurmstepd processes of this cluster (found by the SLURM_CONF they run with)."""
+        mine = f"SLURM_CONF={self.conf}".encode()
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                    if not handle.read().startswith(b"slurmstepd"):
+                        continue
+                with open(f"/proc/{entry}/environ", "rb") as handle:
+                    if mine not in handle.read().split(b"\0"):
+                        continue
+                os.kill(int(entry), signal.SIGKILL)
+            except OSError:
+                continue

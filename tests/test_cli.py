@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RANK_SCRIPT, SHARED
+from conftest import RANK_SCRIPT
 
 TG = [sys.executable, "-m", "trainguard"]
 
@@ -25,7 +25,7 @@ def tg(*args: str, cwd: Path | None = None, env: dict | None = None) -> subproce
     (["run", "--nproc", "0", "--", "true"], "must be at least 1"),
     (["run", "--nproc", "4", "--nodes", "1", "--slots-per-node", "2", "--", "true"], "cannot hold 4 rank(s)"),
     (["run", "--policy", "/nonexistent.yaml", "--", "true"], "--policy: cannot read /nonexistent.yaml"),
-    (["run", "--adapter", "nomad", "--", "true"], "nomad: no such adapter (known: local, slurm)"),
+    (["run", "--adapter", "nomad", "--", "true"], "nomad: no such adapter (known: kubernetes, local, sim, slurm, volcano)"),
     (["run", "--nproc", "2"], "run needs a command after --"),
     (["run", "--env", "NOEQUALS", "--", "true"], "--env: 'NOEQUALS' is not KEY=VALUE"),
     (["run", "--events-file", "/proc/nope/events.jsonl", "--", "true"],
@@ -114,7 +114,3 @@ def test_console_script_and_module_are_the_same(tmp_path):
     assert exe.exists()
     assert subprocess.run([str(exe), "--help"], capture_output=True, text=True).stdout == tg("--help").stdout
 
-
-def test_faultlog_shared_dir_is_present():
-    # The classifier tests and benchmarks read the shared data set; CI clones it beside the repo.
-    assert (SHARED / "faultlogs" / "dev.jsonl").exists()

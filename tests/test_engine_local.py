@@ -266,7 +266,7 @@ def test_warm_standbys_take_over_restarted_ranks(run_job):
         by_round.setdefault(start["TRAINGUARD_RESTART_ROUND"], []).append(start)
     assert not any("standby.py" in " ".join(s["cmdline"]) for s in by_round["0"]), "first start is cold"
     for rnd in ("1", "2"):
-        assert all(s["cmdline"][1].endswith("standby.py") and s["cmdline"][2:] == ["json"] for s in by_round[rnd])
+        assert all(s["cmdline"][-1].endswith("standby.py") for s in by_round[rnd])
         assert sorted(s["RANK"] for s in by_round[rnd]) == ["0", "1"]
     assert "exited with code 3" in run.report["rounds"][1]["error_message"], "the script's exit code comes through"
     assert [(s["TRAINGUARD_SCHEDULE_COUNT"], s["TRAINGUARD_PROC_START_COUNT"]) for s in run.starts_of(0)] == [

@@ -4,17 +4,25 @@ from __future__ import annotations
 
 import importlib.metadata
 import inspect
+import json
 import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pluggy
 import pytest
 
-from trainguard import Action, Category, Decision, ErrorSource, Fault, JobStatus, Verdict, hookimpl
+from trainguard import Action, Category, Decision, ErrorSource, Event, Fault, JobStatus, Verdict, hookimpl
 from trainguard.errors import PluginError
 from trainguard.hooks import PluginHost, specs
 from trainguard.hooks.registry import AdapterRegistry
+from trainguard.model import EventType
 from trainguard.policy import Policy
 
 HOOKS = [name for name, fn in inspect.getmembers(specs, inspect.isfunction) if name.startswith("trainguard_")]
@@ -26,14 +34,24 @@ def fault(rank=0):
 
 
 @pytest.mark.parametrize("name", HOOKS)
-def test_every_hook_is_documented_and_tested(name):
+def test_every_hook_is_documented_in_pytests_shape_and_tested(name):
     fn = getattr(specs, name)
     doc = inspect.getdoc(fn) or ""
+    summary, blank, *_ = doc.splitlines() + ["", ""]
+    assert summary.endswith(".") and len(summary) <= 100 and blank == "", f"{name}: one summary line, then a blank"
     for param in inspect.signature(fn).parameters:
         assert f":param {param}:" in doc, f"{name} does not document {param}"
-    assert "Implemented by" in doc and ("First result wins" in doc or "Fan-out" in doc or "Called once" in doc)
-    tests = "".join(p.read_text() for p in Path(__file__).parent.glob("test_*.py") if p.name != "test_hooks.py")
-    assert name in Path(__file__).read_text() or name in tests
+    assert ":return:" in doc, f"{name} does not say what its result means"
+    assert re.search(r"^(First result wins|Fan-out|Called once)", doc, re.MULTILINE), f"{name}: no call semantics"
+    assert "Implemented by" in doc
+    tests = "".join(p.read_text() for p in Path(__file__).parent.glob("test_*.py"))
+    assert name in tests, f"no test exercises {name}"
+
+
+def test_every_hookspec_is_declared_once_with_the_project_prefix():
+    assert HOOKS and all(name.startswith("trainguard_") for name in HOOKS)
+    host = PluginHost(load_entry_points=False)
+    assert sorted(name for name in dir(host.pm.hook) if name.startswith("trainguard_")) == sorted(HOOKS)
 
 
 def test_builtins_are_ordinary_plugins(monkeypatch):
@@ -96,41 +114,198 @@ def test_plugins_with_arguments_outside_the_spec_are_rejected():
         PluginHost(load_entry_points=False, plugins={"bad": Bad()})
 
 
-def test_tracing_logs_every_hook_call(monkeypatch, caplog):
+def test_tracing_uses_pluggys_tracer_and_names_the_plugins(monkeypatch, caplog):
     monkeypatch.setenv("TRAINGUARD_TRACE_HOOKS", "1")
     host = PluginHost(load_entry_points=False)
     with caplog.at_level(logging.DEBUG, logger="trainguard.hooks.host"):
         host.classify(fault(), NCCL, Policy())
-    assert any("trainguard_classify_fault <- log_classifier" in r.getMessage() for r in caplog.records)
+    lines = [r.getMessage() for r in caplog.records]
+    assert any(line.startswith("hook trainguard_classify_fault calls") and "log_classifier" in line for line in lines)
+    assert any("finish trainguard_classify_fault -->" in line and "TG-NCCL-ERROR" in line for line in lines)
 
 
-class Exploding:
+class ExplodingClassifier:
     @hookimpl
     def trainguard_classify_fault(self, fault):
         raise RuntimeError("classifier bug")
 
+
+class ExplodingNotifier:
     @hookimpl
     def trainguard_on_event(self, event):
         raise RuntimeError("notifier bug")
 
+
+class ExplodingStrategy:
     @hookimpl(tryfirst=True)
     def trainguard_decide_recovery(self, incident):
         raise RuntimeError("strategy bug")
 
 
+def plugin_errors(run):
+    from trainguard.store import RunStore
+
+    with RunStore(run.state_dir) as store:
+        return {e["data"]["plugin"]: e["message"] for e in store.events(run.job_id) if e["type"] == "plugin_error"}
+
+
 def test_a_failing_plugin_never_kills_the_job(run_job):
-    host = PluginHost(load_entry_points=False, plugins={"exploding": Exploding()})
+    host = PluginHost(load_entry_points=False, plugins={"bad-classifier": ExplodingClassifier(),
+                                                        "bad-notifier": ExplodingNotifier(),
+                                                        "bad-strategy": ExplodingStrategy()})
     run = run_job([{"round": 0, "rank": 0, "do": "fail", "say": NCCL}], host=host, enable_job_restart=True)
     assert run.status is JobStatus.SUCCEEDED
     assert run.actions == ["restart_in_place"] and run.report["rounds"][0]["error_code"] == "TG-NCCL-ERROR"
-    from trainguard.store import RunStore
+    errors = plugin_errors(run)
+    assert "trainguard_classify_fault" in errors["bad-classifier"] and "classifier bug" in errors["bad-classifier"]
+    assert "trainguard_decide_recovery" in errors["bad-strategy"] and "strategy bug" in errors["bad-strategy"]
+    assert "trainguard_on_event" in errors["bad-notifier"] and "notifier bug" in errors["bad-notifier"]
+    assert all(m.endswith("disabled for the rest of the job") for m in errors.values())
+    assert {"bad-classifier", "bad-notifier", "bad-strategy"} <= set(host.disabled)
+    assert not {"bad-classifier", "bad-notifier", "bad-strategy"} & set(host.plugin_names)
 
-    store = RunStore(run.state_dir)
-    errors = [e["message"] for e in store.events(run.job_id) if e["type"] == "plugin_error"]
-    store.close()
-    assert any("trainguard_classify_fault" in m and "classifier bug" in m for m in errors)
-    assert any("trainguard_decide_recovery" in m for m in errors)
-    assert any("trainguard_on_event" in m for m in errors)
+
+class Counting:
+    """Raises on its first call only: once disabled it must never be called again."""
+
+    def __init__(self):
+        self.calls = 0
+
+    @hookimpl
+    def trainguard_classify_fault(self, fault):
+        self.calls += 1
+        raise RuntimeError("boom")
+
+
+def test_a_disabled_plugin_stays_disabled_and_is_reported_once():
+    reported = []
+    counting = Counting()
+    host = PluginHost(load_entry_points=False, plugins={"counting": counting},
+                      on_plugin_error=lambda *args: reported.append(args))
+    for _ in range(3):
+        assert host.classify(fault(), NCCL, Policy()).fault_code == "TG-NCCL-ERROR"
+    assert counting.calls == 1 and [(p, h) for p, h, _ in reported] == [("counting", "trainguard_classify_fault")]
+    assert isinstance(reported[0][2], PluginError) and isinstance(reported[0][2].__cause__, RuntimeError)
+
+
+class NewStyleWrapper:
+    @hookimpl(wrapper=True)
+    def trainguard_classify_fault(self, fault):
+        verdicts = yield
+        return [replace(v, evidence=f"wrapped: {v.evidence}") for v in verdicts]
+
+
+class OldStyleWrapper:
+    @hookimpl(hookwrapper=True)
+    def trainguard_decide_recovery(self, incident):
+        outcome = yield
+        decision = outcome.get_result()
+        outcome.force_result(replace(decision, reason=f"{decision.reason} (seen by the site)"))
+
+
+def test_pluggy_hook_wrappers_work(run_job):
+    host = PluginHost(load_entry_points=False, plugins={"new": NewStyleWrapper(), "old": OldStyleWrapper()})
+    assert host.classify(fault(), NCCL, Policy()).evidence == f"wrapped: {NCCL}"
+    run = run_job([{"round": 0, "rank": 0, "do": "fail", "say": NCCL}], host=host, enable_job_restart=True)
+    assert run.status is JobStatus.SUCCEEDED and run.report["rounds"][0]["reason"].endswith("(seen by the site)")
+    assert not host.disabled
+
+
+class RaisingWrapper:
+    @hookimpl(wrapper=True)
+    def trainguard_classify_fault(self, fault):
+        yield
+        raise ValueError("wrapper bug")
+
+
+class GarbageWrapper:
+    @hookimpl(wrapper=True)
+    def trainguard_classify_fault(self, fault):
+        yield
+        return "not a list"
+
+
+@pytest.mark.parametrize("plugin, why", [(RaisingWrapper(), "ValueError: wrapper bug"),
+                                          (GarbageWrapper(), "returned 'not a list' where a list of results")])
+def test_a_broken_wrapper_is_named_and_disabled(plugin, why):
+    reported = []
+    host = PluginHost(load_entry_points=False, plugins={"wrapper": plugin, "sure": Sure()},
+                      on_plugin_error=lambda *args: reported.append(args))
+    assert host.classify(fault(), NCCL, Policy()).fault_code == "SITE-1"
+    ((name, hook, error),) = reported
+    assert (name, hook) == ("wrapper", "trainguard_classify_fault") and why in str(error)
+
+
+class Sure:
+    @hookimpl
+    def trainguard_classify_fault(self, fault):
+        return Verdict(Category.NODE_OR_INFRA, "SITE-1", retryable=True, confidence=0.99)
+
+
+class GarbageEverywhere:
+    """Each hook answers with the wrong type."""
+
+    def __init__(self, hook):
+        self.hook = hook
+
+    @hookimpl
+    def trainguard_classify_fault(self, fault):
+        return {"category": "nccl_error"} if self.hook == "classify" else None
+
+    @hookimpl(tryfirst=True)
+    def trainguard_decide_recovery(self, incident):
+        return "restart_job" if self.hook == "decide" else None
+
+    @hookimpl
+    def trainguard_instance_env(self, instance):
+        return {"SITE_RANK": instance.rank} if self.hook == "env" else None
+
+    @hookimpl
+    def trainguard_log_patterns(self):
+        return "ACME.*down" if self.hook == "patterns" else []
+
+
+@pytest.mark.parametrize("hook, expected", [
+    ("classify", "where a Verdict is expected"),
+    ("decide", "where a Decision or None is expected"),
+    ("env", "where a mapping of str to str is expected"),
+    ("patterns", "where a list of LogPattern is expected"),
+])
+def test_garbage_from_a_plugin_disables_it_and_the_default_decides(hook, expected):
+    from trainguard import Capacity, History, Incident, Instance, JobSpec
+
+    reported = []
+    host = PluginHost(load_entry_points=False, plugins={"garbage": GarbageEverywhere(hook)},
+                      on_plugin_error=lambda *args: reported.append(args))
+    assert host.patterns()
+    assert host.classify(fault(), NCCL, Policy()).fault_code == "TG-NCCL-ERROR"
+    verdict = Verdict(Category.NCCL_ERROR, "TG-NCCL-ERROR", retryable=True)
+    decision = host.decide(Incident((fault(),)), verdict, History(), Policy(enable_job_restart=True),
+                           Capacity(nodes=("node-0",), slots_per_node=2, world_size=1))
+    assert isinstance(decision, Decision)
+    job = JobSpec(job_id="j", command=("true",), nproc=1)
+    assert host.instance_env(job, Instance(rank=0, node="node-0", local_rank=0), 0) == {}
+    ((name, _, error),) = reported
+    assert name == "garbage" and expected in str(error) and "garbage" in host.disabled
+
+
+def test_a_failure_no_plugin_can_be_blamed_for_is_reported_and_nothing_is_disabled():
+    class NoYield:
+        """A wrapper that never yields: pluggy raises, and no plugin frame is in the traceback."""
+
+        @hookimpl(wrapper=True)
+        def trainguard_on_event(self, event):
+            if event is not None:
+                return None
+            yield
+
+    reported = []
+    host = PluginHost(load_entry_points=False, plugins={"noyield": NoYield()},
+                      on_plugin_error=lambda *args: reported.append(args))
+    host.notify(Event("j", EventType.JOB_STARTED, time.time()))
+    ((name, hook, error),) = reported
+    assert (name, hook) == ("(unidentified plugin)", "trainguard_on_event") and "did not yield" in str(error)
+    assert "noyield" in host.plugin_names and not host.disabled
 
 
 class AlwaysReplace:
@@ -205,6 +380,18 @@ def test_trainguard_register_adapters_from_a_plugin(run_job):
     assert "mylocal" in host.adapters().names
 
 
+def test_trainguard_sanity_items_from_a_plugin_reach_the_check():
+    from trainguard.sanity.items import SanityItem, Scope, collect_items
+
+    class SiteCheck:
+        @hookimpl
+        def trainguard_sanity_items(self):
+            return [SanityItem("site_dcgm", Scope.NODE, "site_checks:dcgm", "pass")]
+
+    host = PluginHost(load_entry_points=False, plugins={"site": SiteCheck()})
+    assert collect_items(host)["site_dcgm"].function == "site_checks:dcgm"
+
+
 def test_duplicate_pattern_ids_are_rejected():
     class Dup:
         @hookimpl
@@ -218,11 +405,6 @@ def test_duplicate_pattern_ids_are_rejected():
 
 
 def test_merge_takes_the_most_confident_verdict():
-    class Sure:
-        @hookimpl
-        def trainguard_classify_fault(self, fault):
-            return Verdict(Category.NODE_OR_INFRA, "SITE-1", retryable=True, confidence=0.99)
-
     host = PluginHost(load_entry_points=False, plugins={"sure": Sure()})
     assert host.classify(fault(), NCCL, Policy()).fault_code == "SITE-1"
 
@@ -238,3 +420,82 @@ def test_a_malformed_plugin_pattern_is_one_clear_error():
 
     with pytest.raises(PluginError, match=r"log pattern 'broken' \(broken-plugin\): missing \)"):
         PluginHost(load_entry_points=False, plugins={"broken": Broken()}).patterns()
+
+
+# -- a real third-party package, installed the way users install one --------------------------
+
+PLUGIN_SOURCES = Path(__file__).parent / "data" / "plugins"
+
+
+def pip_install(name: str, tmp: Path) -> Path:
+    """Build and install ``tests/data/plugins/NAME`` into its own directory; pip writes its build
+    files next to the sources, so it builds a copy."""
+    source = shutil.copytree(PLUGIN_SOURCES / name, tmp / "src" / name)
+    target = tmp / "site" / name
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
+                    "--quiet", "--target", str(target), str(source)], check=True, capture_output=True, timeout=300)
+    return target
+
+
+@pytest.fixture(scope="module")
+def site_packages(tmp_path_factory):
+    """``acme-trainguard`` (a hook wrapper, a pattern, a notifier) and ``acme-broken`` (three
+    misbehaving plugins), each installed with pip into its own directory."""
+    # Built without isolation (no index needed): the build backend must be installed here. It is
+    # in the dev setup (torch requires it); a bare Python 3.12+ venv lacks it.
+    pytest.importorskip("setuptools", reason="building the test plugin packages needs setuptools")
+    tmp = tmp_path_factory.mktemp("plugins")
+    return {name: pip_install(name, tmp) for name in ("acme-trainguard", "acme-broken")}
+
+
+def trainguard_cli(*args: str, path: list[Path], cwd: Path, env: dict | None = None):
+    environ = {**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join(map(str, path))}
+    environ.pop("TRAINGUARD_DISABLE_PLUGINS", None)
+    return subprocess.run([sys.executable, "-m", "trainguard", *args], cwd=cwd, env=environ, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_an_installed_hook_wrapper_plugin_loads_by_entry_point_and_wraps_classification(site_packages, tmp_path):
+    log = tmp_path / "rank.log"
+    log.write_text("noise\nACME fabric link host-17 down\n" + NCCL + "\n")
+    done = trainguard_cli("classify", str(log), "--exit-code", "1", "--json", path=[site_packages["acme-trainguard"]],
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    verdict = json.loads(done.stdout)
+    # The pattern came from the package, and its wrapper saw and signed the merged verdicts.
+    assert (verdict["fault_code"], verdict["node"]) == ("ACME-FABRIC", "host-17")
+    assert verdict["evidence"].startswith("[acme saw ") and "ACME fabric link host-17 down" in verdict["evidence"]
+    assert "plugin" not in done.stderr
+
+
+def test_installed_plugins_that_raise_or_return_garbage_are_named_and_disabled_and_the_job_goes_on(
+        site_packages, tmp_path):
+    from trainguard.store import RunStore
+
+    fail_once = ("import os, sys; sys.exit(3 if os.environ['TRAINGUARD_RESTART_ROUND'] == '0' "
+                 "and os.environ['RANK'] == '0' else 0)")
+    done = trainguard_cli("run", "--nproc", "2", "--state-dir", "state", "--job-id", "acme-job", "--events-file",
+                          "events.jsonl", "--fault-tolerant-policy", "OnFailure", "--enable-job-restart", "True",
+                          "--", sys.executable, "-c", fail_once,
+                          path=[site_packages["acme-trainguard"], site_packages["acme-broken"]], cwd=tmp_path,
+                          env={"ACME_EVENTS": str(tmp_path / "acme.jsonl")})
+    assert done.returncode == 0, done.stderr
+    with RunStore(tmp_path / "state") as store:
+        report = store.report("acme-job")
+        errors = {e["data"]["plugin"]: (e["data"]["hook"], e["message"])
+                  for e in store.events("acme-job") if e["type"] == "plugin_error"}
+    assert report["status"] == "succeeded" and [r["action"] for r in report["rounds"]] == ["restart_job"]
+    assert errors["acme_raises"][0] == "trainguard_classify_fault" and "acme classifier bug" in errors["acme_raises"][1]
+    assert errors["acme_garbage"][0] == "trainguard_decide_recovery"
+    assert "returned 'restart it please' where a Decision or None is expected" in errors["acme_garbage"][1]
+    assert errors["acme_badenv"][0] == "trainguard_instance_env"
+    assert "where a mapping of str to str is expected" in errors["acme_badenv"][1]
+    for plugin, (_, message) in errors.items():
+        assert message.endswith("disabled for the rest of the job")
+        assert f"plugin {plugin} failed" in done.stderr
+    # Each misbehaving plugin is reported once: disabled, it is not called again.
+    assert done.stderr.count("acme_badenv failed") == 1
+    # The package's own notifier, on its queue, heard every event in order.
+    written = [json.loads(line)["type"] for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    heard = [json.loads(line)["type"] for line in (tmp_path / "acme.jsonl").read_text().splitlines()]
+    assert heard == written and written[0] == "job_started" and written[-1] == "job_succeeded"

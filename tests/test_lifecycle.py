@@ -63,16 +63,21 @@ def test_interrupted_supervisor_stops_everything_and_the_job_resumes(tmp_path, s
     assert report["status"] == "failed" and report["failure"]["error_code"] == "TG-INTERRUPTED"
     assert [r["action"] for r in report["rounds"]] == ["restart_in_place"]
 
-    # The same job id picks up where it stopped: rounds and budgets carry over.
+    # The same job id picks up where it stopped: rounds and budgets carry over, and the resumed
+    # run is a round of its own (new logs, new SDK channel), not charged to the budget.
     proc = start_supervisor(tmp_path, "resumable", [{"do": "ok"}])
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     report = history(tmp_path, "resumable")
     assert report["status"] == "succeeded" and "failure" not in report
-    assert [r["round"] for r in report["rounds"]] == [1]
+    assert [(r["round"], r["action"], r["error_code"], r["consumes_budget"], r["result"]) for r in report["rounds"]] == [
+        (1, "restart_in_place", "TG-NCCL-ERROR", False, "recovered"),
+        (2, "restart_job", "TG-SUPERVISOR-RESTART", False, "recovered")]
     resumed = [s for s in wait_for_starts(tmp_path, 6)[4:]]
     assert {(s["TRAINGUARD_RESTART_ROUND"], s["TRAINGUARD_SCHEDULE_COUNT"], s["TRAINGUARD_PROC_START_COUNT"])
-            for s in resumed} == {("0", "2", "1")}
+            for s in resumed} == {("2", "2", "1")}
+    logs = tmp_path / "state" / "jobs" / "resumable" / "logs"
+    assert sorted(p.name for p in logs.iterdir() if p.name.startswith("round-")) == ["round-0", "round-1", "round-2"]
 
 
 def test_killed_supervisor_leaves_no_rank_behind(tmp_path):

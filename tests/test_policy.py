@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from trainguard.errors import PolicyError
@@ -117,3 +121,95 @@ def test_aimaster_string_errors():
         parse_aimaster_args("--enable-job-restart")
     with pytest.raises(PolicyError, match="cannot split"):
         parse_aimaster_args("--retryable-error='open")
+
+
+@pytest.mark.parametrize("name,value,message", [
+    ("--stop-grace-period", "nan", "--stop-grace-period: 'nan' is not a finite number"),
+    ("--job-hang-interval", "inf", "--job-hang-interval: 'inf' is not a finite number"),
+    ("--job-exit-hang-interval", "-inf", "is not a finite number"),
+    ("--max-tolerated-failure-rate", "nan", "is not a finite number"),
+    ("--job-hang-interval", "1e300", "is more than 2592000"),
+    ("--stop-grace-period", "86401", "is more than 86400"),
+    ("--log-tail-bytes", "99999999999999999999", "is more than 67108864"),
+    ("--max-num-of-job-restart", "10000000", "is more than 1000000"),
+    ("--max-num-of-same-error", 2.5, "is not a positive number"),
+    ("--enable-job-restart", ["x"], "is not True or False"),
+    ("--c4d-common-envs", {"a": 1}, "is not a string"),
+    ("--retryable-error", [["nested"]], "is not a string"),
+    ("--job-hang-interval", True, "is not a positive number"),
+])
+def test_numbers_are_finite_in_range_and_typed(name, value, message):
+    with pytest.raises(PolicyError) as err:
+        build_policy({name: value})
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_whole_floats_from_yaml_are_whole_numbers():
+    assert build_policy({"max_num_of_job_restart": 5.0}).max_num_of_job_restart == 5
+
+
+@pytest.mark.parametrize("content,message", [
+    (b"1: 2\n", "key 1 is not a parameter name"),
+    (b"job_hang_interval: \xff\xfe\n", "is not UTF-8"),
+    (b"[" * 50000 + b"]" * 50000, "nested too deeply"),
+    (b"retryable_errors: [[[[x]]]]\n", "nested too deeply"),
+    (b"job_hang_interval: 1\n" + b"# padding\n" * 110000, "is larger than 1048576 bytes"),
+])
+def test_policy_files_are_checked_before_they_are_trusted(tmp_path, content, message):
+    path = tmp_path / "p.yaml"
+    path.write_bytes(content)
+    with pytest.raises(PolicyError, match="--policy") as err:
+        load_policy_file(path)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_policy_files_must_be_regular_files(tmp_path):
+    with pytest.raises(PolicyError, match="/dev/zero is not a regular file"):
+        load_policy_file("/dev/zero")
+    with pytest.raises(PolicyError, match="is a directory"):
+        load_policy_file(tmp_path)
+
+
+def test_json_policy_files(tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text('{"job_hang_interval": 60, "retryable_errors": ["x"]}')
+    assert build_policy(load_policy_file(path)).job_hang_interval == 60
+    path.write_text("[" * 100000 + "]" * 100000)
+    with pytest.raises(PolicyError, match="nested too deeply|must hold a mapping"):
+        load_policy_file(path)
+
+
+def _cli(tmp_path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "trainguard", *args], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=120, env={**os.environ, "TRAINGUARD_STATE_DIR": str(tmp_path / "state")})
+
+
+def _policy_file(tmp_path, content: bytes) -> str:
+    path = tmp_path / "bad.yaml"
+    path.write_bytes(content)
+    return str(path)
+
+
+@pytest.mark.parametrize("make_args,expected", [
+    (lambda t: ["--policy", _policy_file(t, b"1: 2\n")], ["--policy", "key 1"]),
+    (lambda t: ["--policy", _policy_file(t, b"job_hang_interval: \xff\n")], ["--policy", "not UTF-8"]),
+    (lambda t: ["--policy", _policy_file(t, b"[" * 50000 + b"]" * 50000)], ["--policy", "nested too deeply"]),
+    (lambda t: ["--policy", "/dev/zero"], ["--policy", "/dev/zero is not a regular file"]),
+    (lambda t: ["--policy", str(t)], ["--policy", "is a directory"]),
+    (lambda t: ["--stop-grace-period", "nan"], ["--stop-grace-period", "'nan'"]),
+    (lambda t: ["--job-hang-interval", "inf"], ["--job-hang-interval", "'inf'"]),
+    (lambda t: ["--aimaster-args", "--job-hang-interval=nan"], ["--job-hang-interval", "'nan'"]),
+])
+def test_bad_run_options_are_one_line_and_exit_2(tmp_path, make_args, expected):
+    done = _cli(tmp_path, "run", *make_args(tmp_path), "--", "true")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert all(word in done.stderr for word in expected), done.stderr
+
+
+def test_a_huge_tail_bytes_on_classify_is_one_line(tmp_path):
+    log = tmp_path / "rank.log"
+    log.write_text("RuntimeError: boom\n")
+    done = _cli(tmp_path, "classify", str(log), "--tail-bytes", "99999999999999999999")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "--tail-bytes: 99999999999999999999 is more than 67108864" in done.stderr

@@ -38,8 +38,12 @@ def cluster():
 
 
 def submit(cluster, tmp_path, plan, *options, nodes=3, nproc=2, run_nodes=2, timeout=90, during=None,
-           sbatch=()):
-    """sbatch a script running trainguard with the slurm adapter; wait for it; return the history."""
+           sbatch=(), ended=("",)):
+    """sbatch a script running trainguard with the slurm adapter; wait for it; return the history.
+
+    The job has ended when squeue shows one of the ``ended`` states ("" once it left the queue;
+    "CG" while Slurm still cleans up after its script ended).
+    """
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/bash\n"
                       f"exec {sys.executable} -m trainguard --log-level WARNING run --adapter slurm --nproc {nproc} "
@@ -55,7 +59,7 @@ def submit(cluster, tmp_path, plan, *options, nodes=3, nproc=2, run_nodes=2, tim
         during(job)
     deadline = time.time() + timeout
     while time.time() < deadline:
-        if not cluster.run("squeue", "--noheader", f"--jobs={job}").stdout.strip():
+        if cluster.run("squeue", "--noheader", "--format=%t", f"--jobs={job}").stdout.strip() in ended:
             break
         time.sleep(0.3)
     else:
@@ -316,3 +320,186 @@ def test_a_cancelled_allocation_is_recorded_as_the_jobs_failure(cluster, tmp_pat
     failure = report["failure"]
     assert (failure["error_code"], failure["action"], failure["transient"]) == ("TG-CANCELLED", "fail", False)
     assert "ended CANCELLED" in failure["reason"] and [e["type"] for e in events].count("slurm_submitted") == 1
+
+
+@pytest.fixture
+def own_cluster():
+    """A 2-node cluster of the test's own: after a controller outage, Slurm takes a minute to
+    clean up the steps whose srun was stopped meanwhile, and the next job would wait for that."""
+    reason = available()
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the Slurm tests: {reason}")
+        pytest.skip(reason)
+    own = LocalSlurmCluster(nodes=2).start()
+    try:
+        yield own
+    finally:
+        own.stop()
+
+
+def _wait_for_ranks(tmp_path, count, timeout=30):
+    deadline = time.time() + timeout
+    path = tmp_path / "starts.jsonl"
+    while time.time() < deadline:
+        if path.exists() and len(path.read_text().splitlines()) >= count:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{count} rank(s) did not start within {timeout} s")
+
+
+def test_a_controller_outage_around_a_fault_is_waited_out_in_the_same_round(own_cluster, tmp_path):
+    # Rank 1 fails 1 s in while slurmctld answers nothing for 20 s: rank 0 cannot be signalled
+    # through Slurm (its srun is stopped instead, the step cancelled once the controller is back)
+    # and the new steps cannot be created until it is back. One round, recovered once running.
+    plan = [{"round": 0, "rank": 1, "do": "fail", "say": NCCL, "after": 1},
+            {"round": 0, "rank": 0, "do": "sleep", "seconds": 30}]
+    resumed = []
+
+    def pause(job):
+        _wait_for_ranks(tmp_path, 2)
+        resumed.append(own_cluster.pause_slurmctld(20))
+
+    began = time.time()
+    # Slurm itself takes a minute to clean up the steps whose srun was stopped during the outage.
+    report, starts, batch = submit(own_cluster, tmp_path, plan, "--enable-job-restart", during=pause, nodes=2,
+                                   timeout=50, ended=("", "CG"))
+    resumed[0].join()
+    assert report["status"] == "succeeded", batch
+    (rnd,) = report["rounds"]
+    assert (rnd["action"], rnd["result"], rnd["error_code"]) == ("restart_in_place", "recovered", "TG-NCCL-ERROR")
+    # The round is recovered only once the ranks run, and it says what it waited for and how long.
+    assert rnd["stages"]["scheduler_wait"] > 8 and rnd["stages"]["restart"] < 5, rnd["stages"]
+    assert any("for the scheduler" in note for note in rnd["notes"]), rnd
+    assert "waited" in batch and "for the scheduler" in batch, batch
+    assert sorted(s["RANK"] for s in starts if s["TRAINGUARD_RESTART_ROUND"] == "1") == ["0", "1"]
+    assert time.time() - began < 60
+
+
+def test_an_outage_past_the_tolerance_fails_the_job_transiently(own_cluster, tmp_path):
+    plan = [{"round": 0, "rank": 1, "do": "fail", "say": NCCL, "after": 1}, {"round": 0, "rank": 0, "do": "ok"}]
+    resumed = []
+
+    def pause(job):
+        _wait_for_ranks(tmp_path, 2)
+        resumed.append(own_cluster.pause_slurmctld(15))
+
+    report, starts, batch = submit(own_cluster, tmp_path, plan, "--enable-job-restart",
+                                   "--scheduler-outage-tolerance 5", during=pause, nodes=2, timeout=50,
+                                   ended=("", "CG"))
+    resumed[0].join()
+    assert report["status"] == "failed", batch
+    (rnd,) = report["rounds"]
+    assert rnd["result"] == "failed", "a step that never launched is not recovered"
+    failure = report["failure"]
+    assert (failure["error_code"], failure["transient"], failure["action"]) == ("TG-START-FAILED", True, "fail")
+    assert "--scheduler-outage-tolerance 5 s" in failure["error_message"], failure
+    assert "Unable to confirm allocation" in failure["error_message"], failure
+    assert not [s for s in starts if s["TRAINGUARD_RESTART_ROUND"] == "1"], "no rank of round 1 ever ran"
+    # srun's complaints went to a launch log, not to the rank's log that its faults are judged by.
+    logs = tmp_path / "state" / "jobs" / report["job_id"] / "logs" / "round-1"
+    assert "Unable to confirm allocation" in (logs / "rank-1.launch.log").read_text()
+    assert "Unable to confirm allocation" not in (logs / "rank-1.log").read_text()
+
+
+def test_a_bare_run_inside_an_allocation_takes_its_ranks_and_nodes_from_it(cluster, tmp_path):
+    script = tmp_path / "bare.sh"
+    script.write_text(f"#!/bin/bash\nexec {sys.executable} -m trainguard run --state-dir {tmp_path / 'state'} "
+                      f"-- {sys.executable} {RANK_SCRIPT}\n")
+    env = {**cluster.env, "PYTHONPATH": str(REPO), "TG_RECORD": str(tmp_path / "starts.jsonl")}
+    out = subprocess.run(["sbatch", "-N2", "-n2", "--parsable", "--wait", f"--output={tmp_path / 'out.txt'}",
+                          str(script)], env=env, capture_output=True, text=True, timeout=60)
+    job = out.stdout.strip().split(";")[0]
+    text = (tmp_path / "out.txt").read_text()
+    assert out.returncode == 0, text
+    starts = [json.loads(line) for line in (tmp_path / "starts.jsonl").read_text().splitlines()]
+    assert sorted((s["RANK"], s["WORLD_SIZE"]) for s in starts) == [("0", "2"), ("1", "2")]
+    assert {s["SLURMD_NODENAME"] for s in starts} == {"tg1", "tg2"} and all(s["SLURM_STEP_ID"] for s in starts)
+    assert (f"inside Slurm allocation {job}: the slurm adapter, --nodes 2, --nproc 2 from the allocation"
+            in text), text
+    store = RunStore(tmp_path / "state")
+    try:
+        assert store.report(f"slurm-{job}")["status"] == "succeeded"
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("given, env, expected", [
+    ((None, None, None), {}, ("local", 1, 1)),
+    ((None, None, None), {"SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": "2", "SLURM_NTASKS": "2"}, ("slurm", 2, 2)),
+    ((None, None, None), {"SLURM_JOB_ID": "7", "SLURM_NNODES": "2", "SLURM_NTASKS_PER_NODE": "4"}, ("slurm", 8, 2)),
+    ((None, None, None), {"SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": "2", "SLURM_GPUS_ON_NODE": "8"},
+     ("slurm", 16, 2)),
+    ((None, None, None), {"SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": "3"}, ("slurm", 3, 3)),
+    (("slurm", 4, None), {"SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": "2", "SLURM_NTASKS": "2"}, ("slurm", 4, 2)),
+    (("local", None, None), {"SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": "2", "SLURM_NTASKS": "2"}, ("local", 1, 1)),
+    ((None, 0, None), {}, ("local", 0, 1)),  # given values are kept, to be refused as given
+    ((None, 0, 0), {"SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": "2"}, ("slurm", 0, 0)),
+])
+def test_run_shape_from_the_allocation(given, env, expected):
+    from trainguard.adapters.slurm_alloc import run_shape
+
+    shape = run_shape(*given, env)
+    assert (shape.adapter, shape.nproc, shape.nodes) == expected
+
+
+def test_an_unreachable_controller_outside_the_allocation_is_a_transient_failure(own_cluster, tmp_path):
+    resumed = own_cluster.pause_slurmctld(8)
+    try:
+        code, report, events, _, output = submit_from_outside(own_cluster, tmp_path, [{"do": "ok"}],
+                                                              "--scheduler-outage-tolerance", "3", timeout=60)
+    finally:
+        resumed.join()
+    assert code == 1, output
+    failure = report["failure"]
+    assert (failure["error_code"], failure["transient"], failure["action"]) == ("TG-SLURM-CONTROLLER", True, "fail")
+    assert "slurmctld did not answer sbatch" in failure["error_message"], failure
+    assert [e["type"] for e in events].count("job_failed") == 1
+
+
+# What srun printed on the test cluster (22.05) when its step did not launch.
+CONFIRM = ("srun: error: Unable to confirm allocation for job 3: Socket timed out on send/recv operation\n"
+           "srun: Check SLURM_JOB_ID environment variable. Expired or invalid job 3\n")
+
+
+@pytest.mark.parametrize("text, outage, message", [
+    (CONFIRM, True, "srun: error: Unable to confirm allocation for job 3: Socket timed out on send/recv operation"),
+    ("srun: Job step creation temporarily disabled, retrying (Requested nodes are busy)\n", True,
+     "srun: Job step creation temporarily disabled, retrying (Requested nodes are busy)"),
+    ("srun: error: Unable to create step for job 3: Requested node configuration is not available\n", False,
+     "srun: error: Unable to create step for job 3: Requested node configuration is not available"),
+    ("slurmstepd: error: execve(): /bin/sh: No such file or directory\n", False,
+     "slurmstepd: error: execve(): /bin/sh: No such file or directory"),
+    ("", False, ""),
+])
+def test_launcher_messages_tell_an_outage_from_a_lasting_launch_failure(text, outage, message):
+    from trainguard.adapters.slurm_outage import is_outage, launcher_message
+
+    assert (is_outage(text), launcher_message(text)) == (outage, message)
+
+
+def test_a_started_ranks_output_is_judged_without_srun_complaints_about_the_controller():
+    from trainguard.adapters.slurm_outage import STARTED, without_outage_lines
+
+    log = (b"[trainguard] step 3.7 started on tg2 as pid 4242\n" + NCCL.encode() + b"\n"
+           b"srun: error: slurm_receive_msg: Socket timed out on send/recv operation\n"
+           b"srun: error: tg2: task 0: Exited with exit code 1\n")
+    found = STARTED.search(log)
+    assert found and found.groups() == (b"3.7", b"tg2", b"4242")
+    assert without_outage_lines(log[found.end():].decode()) == f"{NCCL}\nsrun: error: tg2: task 0: Exited with exit code 1\n"
+
+
+def test_a_submission_the_controller_took_while_not_answering_is_not_made_twice(own_cluster, tmp_path):
+    # sbatch gives up after MessageTimeout (10 s) while slurmctld still holds the request, which
+    # it carries out once it goes on: a blind retry would run the job twice.
+    resumed = own_cluster.pause_slurmctld(12)
+    try:
+        code, report, events, starts, output = submit_from_outside(own_cluster, tmp_path, [{"do": "ok"}],
+                                                                   "--scheduler-outage-tolerance", "60", timeout=60)
+    finally:
+        resumed.join()
+    assert code == 0 and report["status"] == "succeeded", output
+    jobs = own_cluster.run("squeue", "--noheader", "--states=all", "--format=%i %j").stdout.split("\n")
+    shown = own_cluster.run("scontrol", "show", "job", "--oneliner").stdout.splitlines()
+    assert len([line for line in shown if "JobName=outside.sh" in line]) == 1, (jobs, shown)
+    assert [e["type"] for e in events].count("slurm_submitted") == 1 and len(starts) == 2

@@ -137,6 +137,23 @@ def test_user_code_ladder_after_three_unconditional_restarts():
                max_num_of_job_restart=10).action is Action.RESTART_JOB
 
 
+def test_async_counts_unconditional_restarts_per_instance():
+    """64 ranks failing once each over a second are not one rank failing 64 times (seed 002)."""
+    from dataclasses import replace
+
+    others = tuple(replace(record(i, action=Action.RESTART_INSTANCES, unconditional=True, budget=False), ranks=(i,))
+                   for i in range(2, 40))
+    decision = run(UNKNOWN, history=History(rounds=others), fault_tolerant_policy="OnFailure",
+                   job_execution_mode="Async", max_num_of_job_restart=10)
+    assert decision.action is Action.RESTART_INSTANCES
+    # The same instance three times in a row (others' rounds in between do not break its streak).
+    mine = tuple(replace(r, ranks=(1,)) for r in others[:3])
+    interleaved = (mine[0], others[5], mine[1], others[6], mine[2])
+    decision = run(UNKNOWN, history=History(rounds=interleaved), fault_tolerant_policy="OnFailure",
+                   job_execution_mode="Async", max_num_of_job_restart=10)
+    assert decision.action is Action.FAIL and "restarts of rank-1" in decision.reason
+
+
 def test_hang_ladder():
     hang = Fault(ErrorSource.HANG, NOW)
     verdict = Verdict(Category.HANG_OR_STUCK, "TG-HANG", retryable=True)

@@ -7,8 +7,13 @@ object per line, each written with a single ``write`` so lines never interleave:
     {"v": 1, "t": 1732233600.123, "type": "config", "job_hang_interval": 180, "stage": "train"}
     {"v": 1, "t": ..., "type": "step", "step": 42, "metrics": {"loss": 0.7}}
     {"v": 1, "t": ..., "type": "heartbeat"}
+    {"v": 1, "t": ..., "type": "checkpoint", "step": 40, "path": "/ckpt/step-40"}
     {"v": 1, "t": ..., "type": "message", "content": "The training loss of the job is NaN."}
     {"v": 1, "t": ..., "type": "retryable_errors", "errors": ["connect timeout"]}
+
+Where ranks share no filesystem with the supervisor (pods), the channel is the value
+``stderr``: each record goes to the process's stderr as one line, ``@trainguard-sdk `` followed
+by the JSON object, and the adapter picks it out of the log it follows (the stored log keeps it).
 
 ``job_hang_interval`` is in seconds; -1 disables hang detection for this instance; null
 restores the job's interval. Outside a supervised job every call is a cheap no-op whose status
@@ -24,6 +29,7 @@ says so. The AIMaster face is :mod:`trainguard.job_monitor`::
         evaluate()
 
     monitor.report_step(step, loss=loss)            # progress, and step times for slow ranks
+    monitor.report_checkpoint(step, path)           # work up to here survives a restart
     monitor.send_custom_message(content="loss is NaN")
     monitor.set_retryable_errors(["connect timeout"])
     monitor.on_terminate(save_checkpoint)           # dying gasp within the stop grace period
@@ -42,6 +48,8 @@ from typing import Any, Callable, TypeVar
 __all__ = ["CHANNEL_VAR", "Config", "Monitor", "PyTorchConfig", "Status", "TFConfig"]
 
 CHANNEL_VAR = "TRAINGUARD_SDK_CHANNEL"
+STDERR_CHANNEL = "stderr"
+STDERR_MARKER = "@trainguard-sdk "
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -98,6 +106,9 @@ class _Channel:
         if not self.path:
             return _UNSUPERVISED
         line = json.dumps({"v": 1, "t": time.time(), **record}, default=str).encode() + b"\n"
+        if self.path == STDERR_CHANNEL:
+            line = STDERR_MARKER.encode() + line
+            self._fd = 2
         try:
             with self._lock:
                 if self._fd is None:
@@ -180,6 +191,11 @@ class Monitor:
     def report_step(self, step: int, **metrics: float) -> Status:
         """Report a finished training step (progress, and step times for slow-rank detection)."""
         return self._channel.send({"type": "step", "step": step, "metrics": metrics})
+
+    def report_checkpoint(self, step: int, path: str | None = None) -> Status:
+        """Report a checkpoint saved at ``step``: work up to it survives a restart (goodput, and
+        the no-progress guard)."""
+        return self._channel.send({"type": "checkpoint", "step": step, "path": path})
 
     def heartbeat(self) -> Status:
         """Say the process is alive and making progress without printing anything."""

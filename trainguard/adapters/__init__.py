@@ -35,9 +35,17 @@ class Exit:
 
 
 class Adapter(Protocol):
-    """What the engine needs from a scheduler."""
+    """What the engine needs from a scheduler.
+
+    An adapter that keeps its own time (the simulator, :mod:`trainguard.adapters.sim`) also
+    has a ``clock`` attribute shaped like :class:`trainguard.engine.state.Clock`; the
+    supervisor then records and times everything by it.
+    """
 
     name: str
+    # What the last ``start`` waited for the scheduler, ``(why, seconds)``: its controller did
+    # not answer or refused for now; None when it started at once.
+    last_wait: tuple[str, float] | None
 
     def capacity(self, isolated: frozenset[str]) -> Capacity:
         """The job's nodes and slots, with ``isolated`` ones marked."""
@@ -55,7 +63,21 @@ class Adapter(Protocol):
         """A fresh ``(MASTER_ADDR, MASTER_PORT)`` for a whole-job start placed as given."""
 
     def start(self, launches: Sequence[Launch]) -> dict[int, Instance]:
-        """Start the launches; returns each rank's instance with ``pid`` and ``log_path`` set."""
+        """Start the launches; returns each rank's instance with ``pid`` and ``log_path`` set.
+
+        Returns only when every instance is running (a scheduler that accepted a launch but
+        has not started it yet is waited for); raises :class:`~trainguard.errors.AdapterError`
+        otherwise, ``permanent=False`` when a later attempt could succeed.
+        """
+
+    def start_notes(self) -> tuple[str, ...]:
+        """What the last ``start`` did that its round should say (ranks started in warm spares
+        or cold, and why); ``()`` when there is nothing to say."""
+
+    def adopt(self) -> dict[int, Instance]:
+        """Instances of this job already running, left by a previous supervisor of the same job
+        id (pods outlive their launcher); the engine starts only what is missing. ``{}`` when
+        the scheduler cannot outlive the supervisor (local processes)."""
 
     def wait(self, timeout: float) -> list[Exit]:
         """Block up to ``timeout`` seconds for instances to end; returns those that did."""
@@ -76,10 +98,12 @@ class Adapter(Protocol):
         """
 
     def stacks(self, ranks: Sequence[int], timeout: float) -> list[ThreadStack]:
-        """Python stacks of every thread of the ranks' processes, taken in parallel."""
+        """Python stacks of every thread of the ranks' processes, taken in parallel; raises
+        :class:`~trainguard.errors.AdapterError` saying why when none can be taken."""
 
     def log_tail(self, rank: int, nbytes: int) -> str:
         """The last ``nbytes`` of the rank's current log, decoded, starting at a whole line."""
 
     def close(self) -> None:
-        """Stop everything still running and release resources; safe to call twice."""
+        """Stop everything still running (with the policy's stop grace period) and release
+        resources; safe to call twice."""

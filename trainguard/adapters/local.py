@@ -3,8 +3,8 @@
 Each rank runs in its own session (process group) with its output going straight to its log
 file, so a supervisor crash neither loses output nor blocks the rank. Exits are detected
 through pidfds in a selector: the supervisor sleeps in the kernel and wakes the moment a rank
-dies, with no polling interval. A guardian process kills every group the supervisor started
-if the supervisor itself dies, even by SIGKILL.
+dies, with no polling interval. No rank outlives the supervisor, whatever ends it: see
+:mod:`trainguard.adapters.processes` (process groups, process tags, the guardian).
 
 ``nodes`` virtual nodes named ``node-0`` ... hold ``slots_per_node`` ranks each; with more
 slots than ranks the rest is spare capacity, so isolating a node and rescheduling away from it
@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import selectors
 import shutil
 import signal
@@ -24,12 +23,15 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 from dataclasses import replace
+from pathlib import Path
 from typing import Mapping, Sequence
 
 from trainguard.adapters import Exit, Launch
 from trainguard.adapters.inotify import DirectoryWatch
+from trainguard.adapters.processes import TAG_VAR, Guardian, group_pids, new_token, signal_group, sweep, tag
+from trainguard.adapters.sdk_channel import Channel
+from trainguard.adapters.standby_pool import StandbyPool
 from trainguard.errors import AdapterError
 from trainguard.logtail import read_tail
 from trainguard.model import Capacity, Instance, JobSpec
@@ -39,9 +41,10 @@ from trainguard.stacks import ThreadStack, parse_py_spy
 
 log = logging.getLogger(__name__)
 
-_PYTHON = re.compile(r"^python[0-9.]*$")
-_HERE = Path(__file__).parent
 _SDK = "sdk-channel"
+ERROR_FILE_VAR = "TORCHELASTIC_ERROR_FILE"
+# How much of torchrun's per-rank error file joins the log tail the classifiers read.
+_ERROR_FILE_BYTES = 16384
 
 
 def free_port() -> int:
@@ -50,74 +53,23 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def python_entry(command: Sequence[str]) -> tuple[str, list[str], bool] | None:
-    """``(interpreter, argv, is_module)`` if ``command`` runs a Python script or module plainly."""
-    if not command or not _PYTHON.match(os.path.basename(command[0])):
-        return None
-    rest = list(command[1:])
-    while rest and rest[0] in ("-u", "-B"):
-        rest.pop(0)
-    if not rest:
-        return None
-    interpreter = shutil.which(command[0]) or command[0]
-    if rest[0] == "-m" and len(rest) > 1:
-        return interpreter, rest[1:], True
-    if rest[0].startswith("-"):
-        return None
-    return interpreter, rest, False
-
-
-class _Channel:
-    """One rank's SDK channel file and how far it has been read."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = 0
-        self.partial = b""
-
-    def read(self) -> list[dict]:
-        try:
-            if os.stat(self.path).st_size <= self.offset:
-                return []
-            with open(self.path, "rb") as handle:
-                handle.seek(self.offset)
-                data = handle.read()
-        except FileNotFoundError:
-            return []
-        self.offset += len(data)
-        lines = (self.partial + data).split(b"\n")
-        self.partial = lines.pop()
-        records = []
-        for line in lines:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                log.warning("ignoring a malformed SDK record in %s: %r", self.path, line[:200])
-                continue
-            if isinstance(record, dict):
-                records.append(record)
-        return records
-
-
-def _group_pids(pgid: int) -> list[int]:
-    """Every process in a process group (the rank and what it started)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            pids.append(int(entry))
-    return sorted(pids)
-
-
-def _py_spy() -> str | None:
+def py_spy() -> str | None:
     beside = Path(sys.executable).with_name("py-spy")
     return str(beside) if beside.exists() else shutil.which("py-spy")
+
+
+def error_file_summary(path: str | Path) -> str:
+    """The exception a rank's ``@record``-decorated entry point wrote (torchrun's error file)."""
+    try:
+        with open(path, "rb") as handle:
+            data = json.loads(handle.read(_ERROR_FILE_BYTES))
+        message = data["message"]
+        if isinstance(message, dict):
+            extra = message.get("extraInfo") or {}
+            return f"{message.get('message', '')}\n{extra.get('py_callstack', '')}".strip()
+        return str(message)
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
 
 
 class _Process:
@@ -138,51 +90,42 @@ class LocalAdapter:
     """Run ranks on this machine; see the module docstring."""
 
     name = "local"
+    last_wait: tuple[str, float] | None = None  # local processes never wait for a scheduler
 
-    def __init__(
-        self,
-        *,
-        spec: JobSpec,
-        log_dir: str | Path,
-        policy: Policy | None = None,
-        base_env: Mapping[str, str] | None = None,
-        guardian_grace: float = 5.0,
-    ) -> None:
+    def __init__(self, *, spec: JobSpec, log_dir: str | Path, policy: Policy | None = None,
+                 base_env: Mapping[str, str] | None = None, guardian_grace: float | None = None) -> None:
         policy = policy or Policy()
-        job_id, nodes, slots_per_node = spec.job_id, spec.nodes, spec.slots
-        warm_standby, preload = policy.warm_standby, policy.preload
-        if nodes < 1 or slots_per_node < 1:
+        if spec.nodes < 1 or spec.slots < 1:
             raise AdapterError(self.name, "nodes and slots per node must be at least 1")
-        self.job_id = job_id
+        self.job_id = spec.job_id
         self.nodes = self._node_names(spec)
-        self.slots_per_node = slots_per_node
-        self.log_dir = Path(log_dir)
-        # Standbys import modules before they know their rank: give them the job's own
-        # settings (OMP_NUM_THREADS, PYTHONPATH) at least.
-        self.base_env = {**(base_env if base_env is not None else os.environ), **spec.env}
-        self.warm_standby = warm_standby
-        self.preload = tuple(preload)
+        self.slots_per_node = spec.slots
+        self.log_dir = Path(log_dir).resolve()
+        self.grace = policy.stop_grace_period
+        self.token = new_token()
         self._procs: dict[int, _Process] = {}
         self._logs: dict[int, str] = {}
         self._selector = selectors.DefaultSelector()
-        self._standbys: list[subprocess.Popen[bytes]] = []
-        self._standby_key: tuple[str, ...] | None = None
         self._closed = False
         self.sdk_dir = self.log_dir.parent / "sdk"
         self.sdk_dir.mkdir(parents=True, exist_ok=True)
-        self._channels: dict[int, _Channel] = {}
+        self._channels: dict[int, Channel] = {}
         self._sdk_pending = True
         try:
             self._watch: DirectoryWatch | None = DirectoryWatch(str(self.sdk_dir))
             self._selector.register(self._watch.fd, selectors.EVENT_READ, _SDK)
         except OSError as exc:
-            log.warning("[%s] no inotify (%s): SDK records are read every loop tick", job_id, exc)
+            log.warning("[%s] no inotify (%s): SDK records are read every loop tick", spec.job_id, exc)
             self._watch = None
-        self._guardian = subprocess.Popen(
-            [sys.executable, "-S", str(_HERE / "guardian.py"), str(guardian_grace)],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True, close_fds=True)
+        self._guardian = Guardian(self.token, self.grace if guardian_grace is None else guardian_grace, spec.job_id)
+        mode = str(policy.warm_standby).lower()  # a subclass may pass False
+        self._standbys = None if mode == "false" else StandbyPool(
+            job_id=spec.job_id, mode=mode, preload=policy.preload, log_dir=self.log_dir,
+            register=self._guardian.watch, unregister=self._guardian.forget,
+            kill=lambda pid: signal_group(pid, signal.SIGKILL), per_start_env=self._per_start_env,
+            spare_tag=(TAG_VAR, tag(self.token, -1)))
         self._world_size = spec.nproc
+        self._last_started: frozenset[int] = frozenset()
 
     # -- what a scheduler adapter built on this one overrides ------------------------------
 
@@ -197,7 +140,11 @@ class LocalAdapter:
     def _dump_argv(self, tool: str, rank: int) -> list[tuple[int, list[str]]]:
         """``(pid, command)`` pairs that print py-spy dumps of a rank's processes."""
         return [(pid, [tool, "dump", "--nonblocking", "--pid", str(pid)])
-                for pid in _group_pids(self._procs[rank].pid)]
+                for pid in group_pids(self._procs[rank].pid)]
+
+    # Whether every SDK write happens on this host, so that inotify sees it. Ranks on other
+    # hosts write over a network filesystem, which inotify does not report.
+    writes_are_local = True
 
     # -- placement --------------------------------------------------------------------------
 
@@ -223,7 +170,8 @@ class LocalAdapter:
         return placement
 
     def rendezvous(self, placement: Mapping[int, str]) -> tuple[str, int]:
-        return "127.0.0.1", free_port()
+        # The spares were prepared with the port reserved for this start.
+        return "localhost", self._standbys.rendezvous_port() if self._standbys is not None else free_port()
 
     def isolate(self, nodes: Sequence[str], reason: str) -> None:
         """Virtual nodes need no more than leaving them out of placement."""
@@ -231,28 +179,60 @@ class LocalAdapter:
     def requeue(self, reason: str) -> bool:
         return False
 
+    def adopt(self) -> dict[int, Instance]:
+        """Nothing to adopt: a supervisor's ranks never outlive it here."""
+        return {}
+
     # -- lifecycle --------------------------------------------------------------------------
+
+    def _per_start_env(self, rank: int, restart_round: int) -> dict[str, str]:
+        """The variables this adapter sets for one start of a rank: its SDK channel, error file, tag."""
+        log_path = self.log_path(rank, restart_round)
+        return {CHANNEL_VAR: str(self.sdk_dir / f"rank-{rank}.round-{restart_round}.jsonl"),
+                ERROR_FILE_VAR: str(log_path.with_suffix(".error.json")), TAG_VAR: tag(self.token, rank)}
+
+    def start_notes(self) -> tuple[str, ...]:
+        """Which ranks the last :meth:`start` ran in warm spares and which started cold, then what
+        the spares have to say since (each thing once): modules no longer preloaded, a rank
+        that started cold and why, the fall-back to cold starts."""
+        if self._standbys is None:
+            return ()
+        warm = sorted(self._standbys.warm)
+        cold = sorted(self._last_started - self._standbys.warm)
+        said = f"warm start: rank(s) {warm} ran in spares" + (f"; cold: {cold}" if cold else "") if warm \
+            else f"cold start: rank(s) {cold}"
+        return (said, *self._standbys.notes())
 
     def start(self, launches: Sequence[Launch]) -> dict[int, Instance]:
         started: dict[int, Instance] = {}
+        warm: set[int] = set()
+        launches_run: list[Launch] = []
         for launch in launches:
             rank = launch.instance.rank
             if rank in self._procs:
                 raise AdapterError(self.name, f"rank {rank} is still running")
             log_path = self.log_path(rank, launch.restart_round)
             log_path.parent.mkdir(parents=True, exist_ok=True)
-            channel = self.sdk_dir / f"rank-{rank}.round-{launch.restart_round}.jsonl"
-            self._channels[rank] = _Channel(channel)
-            launch = replace(launch, env={**launch.env, CHANNEL_VAR: str(channel)})
-            popen = self._take_standby(launch, log_path) or self._spawn(launch, log_path)
+            per_start = self._per_start_env(rank, launch.restart_round)
+            self._channels[rank] = Channel(Path(per_start[CHANNEL_VAR]))
+            Path(per_start[ERROR_FILE_VAR]).unlink(missing_ok=True)
+            launch = replace(launch, env={**launch.env, **per_start})
+            launches_run.append(launch)
+            popen = self._standbys.take(launch, log_path) if self._standbys is not None else None
+            if popen is not None:
+                warm.add(rank)
+            else:
+                popen = self._spawn(self._standbys.cold(launch) if self._standbys is not None else launch, log_path)
             proc = _Process(rank, popen, str(log_path))
             self._procs[rank] = proc
             self._logs[rank] = str(log_path)
             self._selector.register(proc.pidfd, selectors.EVENT_READ, rank)
-            self._guard(f"+{popen.pid}")
+            self._guardian.watch(popen.pid)
             started[rank] = replace(launch.instance, pid=popen.pid, log_path=str(log_path))
-        if self.warm_standby and launches:
-            self._refill_standbys(launches[0], len(self._procs))
+        self._last_started = frozenset(started)
+        if self._standbys is not None:
+            self._standbys.started(launches_run, {rank: inst.pid for rank, inst in started.items()
+                                                  if inst.pid is not None}, frozenset(warm))
         return started
 
     def _spawn(self, launch: Launch, log_path: Path) -> subprocess.Popen[bytes]:
@@ -264,57 +244,23 @@ class LocalAdapter:
             except OSError as exc:
                 raise AdapterError(self.name, f"cannot start {launch.command[0]!r}: {exc.strerror}") from None
 
-    def _take_standby(self, launch: Launch, log_path: Path) -> subprocess.Popen[bytes] | None:
-        entry = python_entry(launch.command) if self.warm_standby else None
-        if entry is None or self._standby_key != (entry[0], *self.preload):
-            return None
-        while self._standbys:
-            standby = self._standbys.pop(0)
-            if standby.poll() is not None:
-                continue
-            message = {"argv": entry[1], "module": entry[2], "env": dict(launch.env),
-                       "cwd": launch.cwd or os.getcwd(), "log": str(log_path)}
-            try:
-                assert standby.stdin is not None
-                standby.stdin.write(json.dumps(message).encode() + b"\n")
-                standby.stdin.close()
-            except OSError:
-                continue
-            return standby
-        return None
-
-    def _refill_standbys(self, template: Launch, count: int) -> None:
-        entry = python_entry(template.command)
-        if entry is None:
-            return
-        self._standby_key = (entry[0], *self.preload)
-        standby_log = self.log_dir / "standby.log"
-        standby_log.parent.mkdir(parents=True, exist_ok=True)
-        with open(standby_log, "ab") as out:
-            while len([s for s in self._standbys if s.poll() is None]) < count:
-                standby = subprocess.Popen(
-                    [entry[0], str(_HERE / "standby.py"), *self.preload], env=self.base_env,
-                    cwd=template.cwd, stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT,
-                    start_new_session=True, close_fds=True)
-                self._guard(f"+{standby.pid}")
-                self._standbys.append(standby)
-
-    # Whether every SDK write happens on this host, so that inotify sees it. Ranks on other
-    # hosts write over a network filesystem, which inotify does not report.
-    writes_are_local = True
-
     def sdk_records(self) -> list[tuple[int, dict]]:
         if self._watch is not None and self.writes_are_local and not self._sdk_pending:
             return []
         self._sdk_pending = False
-        return [(rank, record) for rank, channel in self._channels.items() for record in channel.read()]
+        records = [(rank, record) for rank, channel in self._channels.items() for record in channel.read()]
+        if self._standbys is not None:
+            for rank, record in records:
+                if record.get("type") == "step" and isinstance(record.get("t"), (int, float)):
+                    self._standbys.saw_step(rank, float(record["t"]))
+        return records
 
     def stacks(self, ranks: Sequence[int], timeout: float) -> list[ThreadStack]:
-        tool = _py_spy()
+        tool = py_spy()
         if tool is None:
-            log.warning("[%s] py-spy is not installed: no stack snapshots", self.job_id)
-            return []
-        targets = [(rank, pid, argv) for rank in ranks if rank in self._procs for pid, argv in self._dump_argv(tool, rank)]
+            raise AdapterError(self.name, "py-spy is not installed (pip install py-spy)")
+        targets = [(rank, pid, argv) for rank in ranks if rank in self._procs
+                   for pid, argv in self._dump_argv(tool, rank)]
         # All at once: a snapshot of 8 ranks costs about what one does.
         running = [(rank, pid, subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
                    for rank, pid, argv in targets]
@@ -332,6 +278,8 @@ class LocalAdapter:
         return threads
 
     def wait(self, timeout: float) -> list[Exit]:
+        if self._standbys is not None:
+            self._standbys.tick()
         if not self._procs:
             time.sleep(max(0.0, timeout))
             return []
@@ -359,19 +307,23 @@ class LocalAdapter:
         self._selector.unregister(proc.pidfd)
         os.close(proc.pidfd)
         del self._procs[rank]
-        # Descendants left in the group (data-loader workers, shells) must not outlive the rank.
-        self._signal_group(proc.pid, signal.SIGKILL)
-        self._guard(f"-{proc.pid}")
+        # Descendants must not outlive the rank: those left in its group (data-loader workers,
+        # shells), and those that left the group but carry its tag (setsid, double forks).
+        signal_group(proc.pid, signal.SIGKILL)
+        sweep(tag(self.token, rank), grace=0.0)
+        self._guardian.forget(proc.pid)
+        if self._standbys is not None:
+            self._standbys.ended(rank)
         return Exit(rank, proc.pid, code, at)
 
     def stop(self, ranks: Sequence[int], grace: float) -> list[Exit]:
         targets = [rank for rank in ranks if rank in self._procs]
         for rank in targets:
-            self._signal_group(self._procs[rank].pid, signal.SIGTERM)
+            signal_group(self._procs[rank].pid, signal.SIGTERM)
         exits = self._collect(targets, grace)
         for rank in targets:
             if rank in self._procs:
-                self._signal_group(self._procs[rank].pid, signal.SIGKILL)
+                signal_group(self._procs[rank].pid, signal.SIGKILL)
         exits += self._collect(targets, 10.0)
         return exits
 
@@ -389,21 +341,6 @@ class LocalAdapter:
             pending &= set(self._procs)
         return exits
 
-    def _signal_group(self, pgid: int, sig: int) -> None:
-        try:
-            os.killpg(pgid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-    def _guard(self, line: str) -> None:
-        try:
-            assert self._guardian.stdin is not None
-            self._guardian.stdin.write(line.encode() + b"\n")
-            self._guardian.stdin.flush()
-        except (OSError, ValueError):
-            log.warning("[%s] the guardian process is gone; a supervisor crash could leave ranks behind",
-                        self.job_id)
-
     def running(self) -> frozenset[int]:
         return frozenset(self._procs)
 
@@ -418,22 +355,23 @@ class LocalAdapter:
         return self.log_dir / f"round-{restart_round}" / f"rank-{rank}.log"
 
     def log_tail(self, rank: int, nbytes: int) -> str:
+        """The log's tail, then the exception from torchrun's error file when the rank wrote one."""
         path = self._logs.get(rank)
-        return read_tail(path, nbytes) if path else ""
+        if not path:
+            return ""
+        tail = read_tail(path, nbytes)
+        error = error_file_summary(Path(path).with_suffix(".error.json"))
+        return f"{tail}\n{error}" if error else tail
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        self.stop(list(self._procs), grace=2.0)
-        for standby in self._standbys:
-            self._signal_group(standby.pid, signal.SIGKILL)
-            standby.wait()
-        self._standbys.clear()
+        self.stop(list(self._procs), grace=self.grace)
+        if self._standbys is not None:
+            self._standbys.close()
+        sweep(self.token + ":", grace=min(self.grace, 2.0), prefix=True)
         self._selector.close()
         if self._watch is not None:
             self._watch.close()
-        if self._guardian.stdin is not None:
-            self._guardian.stdin.close()
-        self._guardian.wait()
-
+        self._guardian.close()

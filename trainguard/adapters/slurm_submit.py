@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import shlex
 import sys
 import time
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Collection, Mapping, Sequence
 
-from trainguard.adapters.slurm import slurm_command
+from trainguard.adapters.slurm_outage import CONTROLLER_PATIENCE, slurm_command
 from trainguard.errors import AdapterError
 from trainguard.hooks import PluginHost
 from trainguard.logtail import read_tail
@@ -40,6 +41,8 @@ from trainguard.store import RunStore, cut_off
 
 log = logging.getLogger(__name__)
 
+# How long a controller that answers again is given to carry out the requests it held.
+_SETTLE = 2.0
 FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
             "BOOT_FAIL", "DEADLINE"}
 
@@ -110,12 +113,16 @@ class Resubmit:
     required: frozenset[str] = frozenset()
 
 
-def slurm_job_state(slurm_job: str, env: Mapping[str, str] | None = None) -> SlurmJobState:
-    """What Slurm says of ``slurm_job`` now, queued, running or finished."""
-    found = parse_squeue_json(slurm_command("squeue", "--json", f"--jobs={slurm_job}", env=env), slurm_job)
+def slurm_job_state(slurm_job: str, env: Mapping[str, str] | None = None, *,
+                    patience: float = CONTROLLER_PATIENCE) -> SlurmJobState:
+    """What Slurm says of ``slurm_job`` now, queued, running or finished; an unreachable
+    controller is waited for ``patience`` seconds (then a transient :class:`AdapterError`)."""
+    found = parse_squeue_json(slurm_command("squeue", "--json", f"--jobs={slurm_job}", env=env, patience=patience),
+                              slurm_job)
     if found is not None and found.state and (found.nodes or found.state not in FINISHED):
         return found
-    found = parse_scontrol_job(slurm_command("scontrol", "show", "job", slurm_job, "--oneliner", env=env))
+    found = parse_scontrol_job(slurm_command("scontrol", "show", "job", slurm_job, "--oneliner", env=env,
+                                             patience=patience))
     if found is None:
         raise AdapterError("slurm", f"cannot read the state of job {slurm_job}")
     return found
@@ -146,7 +153,7 @@ class SlurmSubmitter:
         self.slurm_job: str | None = None
 
     def _slurm(self, *argv: str) -> str:
-        return slurm_command(*argv, env=self.env)
+        return slurm_command(*argv, env=self.env, patience=self.policy.scheduler_outage_tolerance)
 
     def _emit(self, store: RunStore, kind: str, message: str, data: Mapping[str, Any] | None = None) -> None:
         event = Event(self.job_id, kind, time.time(), message, data=dict(data or {}))
@@ -162,18 +169,63 @@ class SlurmSubmitter:
         options = [*self.sbatch_options, f"--output={folder / (self.job_id + '.%j.out')}"]
         if exclude:
             options.append(f"--exclude={','.join(sorted(exclude))}")
-        self.slurm_job = self._slurm("sbatch", "--parsable", *options, str(path)).strip().split(";")[0]
-        return self.slurm_job
+        # sbatch gives up on a controller that does not answer, but the controller may still hold
+        # the request and carry it out when it goes on: each submission carries a mark of its
+        # own, and one that got no answer is looked for before it is made again.
+        mark = None if any(o.startswith("--comment") for o in options) else (
+            f"trainguard:{self.job_id}:{secrets.token_hex(4)}")
+        if mark:
+            options.append(f"--comment={mark}")
+        deadline = time.monotonic() + self.policy.scheduler_outage_tolerance
+        while True:
+            try:
+                left = deadline - time.monotonic()
+                out = slurm_command("sbatch", "--parsable", *options, str(path), env=self.env,
+                                    timeout=min(30.0, max(left, 2.0)), patience=0)
+                self.slurm_job = out.strip().split(";")[0]
+                return self.slurm_job
+            except AdapterError as exc:
+                left = deadline - time.monotonic()
+                if exc.permanent or left <= 0:
+                    raise
+                log.warning("[%s] sbatch got no answer (%s); looking for the submission before making it again",
+                            self.job_id, exc)
+                found = self._submitted(mark, patience=left) if mark else None
+                if found:
+                    self.slurm_job = found
+                    return found
+
+    def _submitted(self, mark: str, patience: float) -> str | None:
+        """The Slurm job submitted with ``mark`` as its comment, if the controller took it.
+
+        A controller that goes on serves the requests it held in any order: the submission may
+        land just after the first look, so a second look follows a moment later.
+        """
+        for look in range(2):
+            if look:
+                time.sleep(_SETTLE)
+            text = slurm_command("squeue", "--noheader", "--states=all", "--format=%i %k", env=self.env,
+                                 patience=patience)
+            for line in text.splitlines():
+                job, _, comment = line.strip().partition(" ")
+                if comment.strip() == mark:
+                    return job
+        return None
 
     def state(self, slurm_job: str) -> SlurmJobState:
-        return slurm_job_state(slurm_job, self.env)
+        return slurm_job_state(slurm_job, self.env, patience=self.policy.scheduler_outage_tolerance)
 
     def cancel(self) -> None:
         if self.slurm_job:
             cancel_slurm_job(self.slurm_job, self.env)
 
     def run(self) -> JobStatus:
-        """Submit, watch and resubmit until the job ends; Ctrl-C cancels it."""
+        """Submit, watch and resubmit until the job ends; Ctrl-C cancels it.
+
+        Slurm's commands wait out a controller that does not answer for
+        ``--scheduler-outage-tolerance`` seconds; past that the job fails transiently (the
+        history says so), so an outer retry (Airflow's, a person's) may run it again.
+        """
         with RunStore(self.state_dir) as store:
             try:
                 resubmits = 0
@@ -188,6 +240,28 @@ class SlurmSubmitter:
             except KeyboardInterrupt:
                 self.cancel()
                 raise
+            except AdapterError as exc:
+                if exc.permanent:
+                    raise
+                return self._scheduler_gone(store, exc)
+
+    def _scheduler_gone(self, store: RunStore, exc: AdapterError) -> JobStatus:
+        """The controller stayed away past the tolerance: a transient failure of the job, unless
+        the supervisor inside the allocation already decided its end."""
+        job = store.job(self.job_id)
+        if job is not None and not cut_off(job):
+            return job["status"]
+        if job is None:
+            store.begin_job(self.job_id, {}, self.policy.to_json())
+        history = store.history(self.job_id)
+        reason = f"the Slurm controller did not answer: {exc}"
+        store.finish_job(self.job_id, JobStatus.FAILED, RoundRecord(
+            job_id=self.job_id, round=len(history.rounds) + 1, reason=reason, error_code="TG-SLURM-CONTROLLER",
+            error_message=str(exc), error_source=ErrorSource.EVENT, action=Action.FAIL, started_at=time.time(),
+            result=RoundResult.FAILED, consumes_budget=False, transient=True))
+        self._emit(store, "job_failed", f"TG-SLURM-CONTROLLER: {reason}",
+                   {"slurm_job": self.slurm_job, "error_code": "TG-SLURM-CONTROLLER", "transient": True})
+        return JobStatus.FAILED
 
     def first_submission(self, store: RunStore) -> Resubmit:
         """Leave out the nodes this job's history has isolated (a resumed job keeps its judgement)."""

@@ -35,6 +35,7 @@ trainguard job for it, ``<id>.try<N>`` where N is the series' first try.
 from __future__ import annotations
 
 import os
+import hashlib
 import re
 from pathlib import Path
 from typing import Any, Mapping
@@ -45,12 +46,17 @@ from trainguard.store import RunStore, resumable_failure
 
 # Job ids name directories and appear in Slurm job names: keep them to a safe alphabet.
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+_MAX_BASE = 112
 
 
 def base_job_id(dag_id: str, task_id: str, run_id: str, map_index: int | None = -1) -> str:
     """``dag.task.run[.map_index]`` in the job-id alphabet."""
     parts = [dag_id, task_id, run_id, *([str(map_index)] if map_index is not None and map_index >= 0 else [])]
-    return _UNSAFE.sub("-", ".".join(parts)).strip("-")
+    job_id = _UNSAFE.sub("-", ".".join(parts)).strip("-")
+    if len(job_id) > _MAX_BASE:
+        # Job ids are at most 128 characters (trainguard.ids), ``.try<N>`` included: keep it unique.
+        job_id = job_id[:_MAX_BASE - 13] + "-" + hashlib.sha256(job_id.encode()).hexdigest()[:12]
+    return job_id
 
 
 def default_job_id(context: Mapping[str, Any]) -> str:

@@ -21,6 +21,7 @@ from trainguard.airflow.runners import JobRunner, Watch, make_runner
 from trainguard.airflow.triggers import TrainingJobTrigger
 from trainguard.engine import SupervisorInterrupted
 from trainguard.errors import TrainguardError
+from trainguard.frameworks import parse_roles
 from trainguard.hooks import PluginHost, hookimpl
 from trainguard.logtail import read_tail
 from trainguard.model import Event, JobSpec, JobStatus
@@ -67,6 +68,10 @@ class TrainingJobOperator(BaseOperator):
     :param nproc: ranks (``RANK`` 0..N-1, with the variables torchrun sets).
     :param nodes: (virtual, for ``local``) nodes the ranks spread over.
     :param slots_per_node: ranks per node (default: ``nproc`` / ``nodes`` rounded up).
+    :param framework: ``pytorch``, ``tensorflow``, ``mpi`` or ``horovod`` (see
+        :mod:`trainguard.frameworks`).
+    :param roles: for ``tensorflow``: the tasks in rank order, ``"chief=1,worker=2,ps=1"``
+        (sets ``nproc``).
     :param adapter: ``local`` (this machine) or ``slurm`` (submitted with ``sbatch``).
     :param adapter_options: for ``slurm``: ``sbatch_options`` (a list such as
         ``["--partition=gpu", "--nodes=4"]``) and ``poll_interval``; ``local`` takes none.
@@ -97,6 +102,8 @@ class TrainingJobOperator(BaseOperator):
         nproc: int = 1,
         nodes: int = 1,
         slots_per_node: int = 0,
+        framework: str = "pytorch",
+        roles: str | None = None,
         adapter: str = "local",
         adapter_options: Mapping[str, Any] | None = None,
         env: Mapping[str, str] | None = None,
@@ -115,6 +122,8 @@ class TrainingJobOperator(BaseOperator):
         self.nproc = nproc
         self.nodes = nodes
         self.slots_per_node = slots_per_node
+        self.framework = framework
+        self.roles = roles
         self.adapter = adapter
         self.adapter_options = dict(adapter_options or {})
         self.env = dict(env or {})
@@ -139,9 +148,11 @@ class TrainingJobOperator(BaseOperator):
                 raise TrainguardError("command is empty")
             if self.nproc < 1 or self.nodes < 1 or self.slots_per_node < 0:
                 raise TrainguardError("nproc and nodes must be at least 1, slots_per_node at least 0")
-            spec = JobSpec(job_id=job_id_for(context), command=tuple(command), nproc=self.nproc, nodes=self.nodes,
+            roles = parse_roles(self.roles) if self.roles else ()
+            spec = JobSpec(job_id=job_id_for(context), command=tuple(command),
+                           nproc=sum(n for _, n in roles) if roles else self.nproc, nodes=self.nodes,
                            slots_per_node=self.slots_per_node, env={k: str(v) for k, v in self.env.items()},
-                           cwd=self.cwd or str(Path.cwd()))
+                           cwd=self.cwd or str(Path.cwd()), framework=self.framework, roles=roles)
             if spec.slots * spec.nodes < spec.nproc:
                 raise TrainguardError(f"{spec.nodes} node(s) x {spec.slots} slot(s) cannot hold {spec.nproc} rank(s)")
             policy = make_policy(self.policy)

@@ -75,6 +75,10 @@ def run_options(spec: JobSpec, policy_file: Path) -> list[str]:
                "--nodes", str(spec.nodes)]
     if spec.slots_per_node:
         options += ["--slots-per-node", str(spec.slots_per_node)]
+    if spec.framework != "pytorch":
+        options += ["--framework", spec.framework]
+    if spec.roles:
+        options += ["--roles", ",".join(f"{role}={count}" for role, count in spec.roles)]
     for key, value in sorted(spec.env.items()):
         options += ["--env", f"{key}={value}"]
     return options

@@ -14,6 +14,8 @@ from html import escape
 from typing import Any, Mapping, Sequence
 from urllib.parse import quote
 
+from trainguard.goodput import describe as describe_goodput
+
 # One colour per stage, in the order stages happen; the screenshot test looks for these.
 STAGE_COLOURS = {
     "diagnose": "#6366f1",
@@ -138,6 +140,9 @@ def job_page(report: Mapping[str, Any], events: Sequence[Mapping[str, Any]], bas
         head += (f"<div class=\"failure\"><b>{escape(failure['error_code'])}</b> "
                  f"({'transient' if failure.get('transient') else 'permanent'}): {escape(failure['reason'])}"
                  f"<br><span class=\"muted\">{escape(failure.get('error_message') or '')}</span></div>")
+    if report.get("goodput"):
+        head += f"<p>{escape(describe_goodput(report['goodput']))}</p>"
+    head += _sanity_table(report.get("sanity_check"))
     legend = "<p class=\"legend\">" + "".join(
         f"<span><i style=\"background:{colour}\"></i>{stage}</span>" for stage, colour in STAGE_COLOURS.items()) + "</p>"
     timeline = (f"<h2>Timeline</h2>{_lifetime_strip(report, width)}<h2>Rounds by stage</h2>{legend}"
@@ -157,3 +162,18 @@ def job_page(report: Mapping[str, Any], events: Sequence[Mapping[str, Any]], bas
     recent = ("<h2>Recent events</h2><table><tr><th>at (UTC)</th><th>event</th><th>message</th></tr>"
               + event_rows + "</table>") if events else ""
     return _page(f"trainguard {report['job_id']}", head + timeline + table + recent)
+
+
+def _sanity_table(check: Mapping[str, Any] | None) -> str:
+    """The pre-start sanity check (seed 001): per item and node, the value against the peers."""
+    if not check:
+        return ""
+    rows = "".join(
+        f"<tr><td>{escape(item['item'])}</td><td>{escape(row['node'])}</td>"
+        f"<td>{'-' if row['value'] is None else row['value']}</td>"
+        f"<td>{'-' if row['peers_median'] is None else row['peers_median']}</td><td>{escape(item['unit'])}</td>"
+        f"<td>{escape(row['verdict'])}</td></tr>" for item in check.get("items", []) for row in item["nodes"])
+    verdict = "passed" if check.get("passed") else f"failed ({escape(str(check.get('fail_action')))})"
+    return (f"<h2>Sanity check: {verdict}</h2><p class=\"muted\">{escape(check.get('reason') or '')}</p>"
+            "<table><tr><th>item</th><th>node</th><th>value</th><th>peers' median</th><th>unit</th>"
+            f"<th>verdict</th></tr>{rows}</table>")

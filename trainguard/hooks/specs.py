@@ -2,9 +2,12 @@
 
 A plugin is any object or module with functions marked ``@trainguard.hookimpl`` and named as
 below; pluggy rejects, at registration, an implementation whose arguments are not in the spec.
-Third parties register through the entry-point group ``trainguard``. The engine calls these
-hooks only through :class:`trainguard.hooks.PluginHost`, which isolates a failing plugin: its
-exception is recorded as a ``plugin_error`` event and the conservative default decides.
+Third parties register through the entry-point group ``trainguard``. Implementations may be
+pluggy hook wrappers (``@hookimpl(wrapper=True)``) and may use ``tryfirst``/``trylast``. The
+engine calls these hooks only through :class:`trainguard.hooks.PluginHost`, which dispatches
+through pluggy and checks every result against the contract below: a plugin that raises or
+returns anything else is named in a ``plugin_error`` event, disabled for the rest of the job,
+and the call is made again without it, so the conservative default decides.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ def trainguard_register_adapters(registry: AdapterRegistry) -> None:
     :param registry: call ``registry.add_adapter(name, factory)``; the factory takes the adapter
         options as keyword arguments and returns an object satisfying
         :class:`trainguard.adapters.Adapter`. A duplicate name is rejected.
+    :return: nothing; adapters are registered through ``registry``.
 
     Called once per plugin host, for every plugin. Implemented by ``trainguard.adapters``
     (``local``) and by adapter plugins.
@@ -47,9 +51,11 @@ def trainguard_register_adapters(registry: AdapterRegistry) -> None:
 def trainguard_log_patterns() -> Sequence[LogPattern]:
     """Contribute log patterns to the catalog the built-in log classifier matches.
 
-    :return: patterns; their ``id`` must be unique across plugins.
+    :return: a list (or tuple) of :class:`~trainguard.model.LogPattern`; their ``id`` must be
+        unique across plugins. Anything else disables the plugin.
 
-    Fan-out: every plugin's patterns are collected and validated once per host. Implemented by
+    Fan-out: every plugin's patterns are collected and validated once per host; a duplicate id
+    or a malformed expression is one clear error before any rank starts. Implemented by
     ``trainguard.plugins.log_classifier`` (the built-in catalog, ``patterns.yaml``).
     """
 
@@ -64,10 +70,12 @@ def trainguard_classify_fault(
     :param log_tail: the last ``policy.log_tail_bytes`` of the instance's log, decoded.
     :param policy: the job's policy (custom retryable keywords live there).
     :param patterns: the log-pattern catalog every plugin contributed.
-    :return: a verdict, or None when this classifier has nothing to say.
+    :return: a :class:`~trainguard.model.Verdict`, or None when this classifier has nothing to
+        say; anything else disables the plugin.
 
-    Fan-out: all verdicts are merged by the engine, the highest ``confidence`` winning; if none
-    is returned, the fault is unknown and gets no free retry. Implemented by
+    Fan-out: all verdicts are merged by the host, the highest ``confidence`` winning (ties to the
+    earlier call); if none is returned, the fault is unknown and gets no free retry. A wrapper
+    receives and returns the list of verdicts. Implemented by
     ``trainguard.plugins.exit_classifier`` and ``trainguard.plugins.log_classifier``.
     """
 
@@ -87,7 +95,8 @@ def trainguard_decide_recovery(
     :param history: earlier rounds and the bad-node ledger of this job.
     :param policy: the job's policy.
     :param capacity: the job's nodes, slots and isolated nodes.
-    :return: a decision, or None to let the next strategy decide.
+    :return: a :class:`~trainguard.model.Decision`, or None to let the next strategy decide;
+        anything else disables the plugin.
 
     First result wins. Implemented by ``trainguard.plugins.strategy`` (the built-in ladder),
     registered ``trylast`` so any plugin can decide first and fall back to it by returning None.
@@ -101,7 +110,8 @@ def trainguard_instance_env(job: JobSpec, instance: Instance, restart_round: int
     :param job: the job blueprint.
     :param instance: the instance with its rank, node and start counters.
     :param restart_round: the round it starts in (0 for the first start).
-    :return: variables to add, or None.
+    :return: a mapping of ``str`` names to ``str`` values to add, or None; anything else (a
+        number as a value, say) disables the plugin.
 
     Fan-out: the mappings are merged in call order; the engine's own ``TRAINGUARD_*`` and
     torchrun variables are set last and cannot be overridden. Implemented by plugins that
@@ -113,10 +123,38 @@ def trainguard_instance_env(job: JobSpec, instance: Instance, restart_round: int
 def trainguard_on_event(event: Event) -> None:
     """Be told of something a person should see: a round, an isolation, a final verdict.
 
-    :param event: the event; ``event.type`` is one of ``job_started``, ``fault_detected``,
-        ``round_started``, ``round_finished``, ``node_isolated``, ``job_succeeded``,
-        ``job_failed``, ``plugin_error``.
+    :param event: the event; ``event.type`` is a :class:`~trainguard.model.EventType`:
+        ``job_started``, ``job_resumed``, ``job_adopted``, ``job_taken_over``, ``instance_succeeded``,
+        ``fault_detected``, ``stacks_captured``, ``hang_interval_advice``, ``round_started``,
+        ``node_isolated``, ``round_finished``, ``job_requeued``, ``fault_notified``,
+        ``job_succeeded``, ``job_failed``, ``rank_slow``, ``sdk_message``,
+        ``sdk_retryable_errors``, ``plugin_error``, ``slurm_submitted``, ``slurm_resubmitting``,
+        ``sanity_check_succeeded``, ``sanity_check_failed``, ``runtime_check_failed``;
+        ``docs/events.md`` gives each one's message and ``data`` and the JSON form
+        (``event.to_json()``).
+    :return: nothing (a result is ignored).
 
-    Fan-out, fire and forget: a notifier's exception is logged and never stops the job.
+    Fan-out, fire and forget, off the critical path: each notifier gets the events in order
+    from its own bounded queue and worker thread, so a slow one never delays detection or
+    recovery; a full queue drops events (counted and logged). A plugin with a true
+    ``inline_notifier`` attribute is called at once in the supervisor's thread instead (the
+    log, the ``--events-file``). A notifier that raises is disabled and never stops the job.
     Implemented by ``trainguard.plugins.notifiers``.
+    """
+
+
+if TYPE_CHECKING:
+    from trainguard.sanity.items import SanityItem
+
+
+@hookspec
+def trainguard_sanity_items() -> Sequence[SanityItem]:
+    """Contribute check items to the pre-start sanity check (``--sanity-check ITEMS``).
+
+    :return: items; their ``name`` must be unique across plugins, and their ``function``
+        (``"module:callable"``) importable on every node, where the check worker calls it.
+
+    Fan-out: every plugin's items are collected and validated when a check starts, like
+    adapters (a malformed item fails loudly). Implemented by ``trainguard.sanity.items``
+    (the seed's thirteen items) and by site plugins (a DCGM diagnostic, an NVLink test).
     """

@@ -3,7 +3,9 @@
 Process runners report a signal death as a negative return code (``-9``); shells, Slurm and
 Kubernetes as ``128 + signal`` (``137``). Both spellings mean the same here. Confidence is kept
 low on purpose: a signal says how a process died, the log usually says why, and the log
-classifier's verdict wins when it has one.
+classifier's verdict wins when it has evidence of a failure. A harmless log (a warning, a
+progress line) never outranks it: the log classifier gives no benign verdict for a process
+that died with a failure exit code or a signal.
 """
 
 from __future__ import annotations

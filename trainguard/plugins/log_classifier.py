@@ -3,7 +3,9 @@
 Patterns come from the catalog ``patterns.yaml`` beside this module (documented there) and from
 any plugin implementing ``trainguard_log_patterns``. The root cause wins over cascades: of all
 patterns that match, the one with the highest ``priority`` wins, and among equals the earliest
-line in the tail (the first error in time). Custom retryable keywords (``--retryable-error``,
+line in the tail (the first error in time). A tail that matches nothing gets no verdict here
+(the fault stays ``unknown``): benign needs positive evidence, and never holds for a process
+that died with a failure exit code or a signal. Custom retryable keywords (``--retryable-error``,
 ``Monitor.set_retryable_errors``) make a fault retryable when they appear in the tail, as
 AIMaster's ExitCodeAndErrorMsg policy does.
 """
@@ -144,6 +146,10 @@ def _mandatory_literal(alternative: str) -> str:
             literal, step = None, 1
             if c == "[":
                 in_class = True
+            elif c == "{" and not depth:
+                # A counted repetition ("{0,3}"): its digits are not text the match contains.
+                close = alternative.find("}", i)
+                step = close - i + 1 if close > i else 1
             depth += (c == "(") - (c == ")")
         else:
             literal, step = c, 1
@@ -178,25 +184,83 @@ def required_literals(regex: str, minimum: int = 3) -> tuple[str, ...] | None:
     return tuple(dict.fromkeys(literals))
 
 
+_LETTERS = re.compile(r"[a-z]+")
+# A regex whose alternatives cannot be searched apart: backreferences (named or numbered) and
+# global inline flags would lose their meaning in a part.
+_UNSPLITTABLE = re.compile(r"\(\?P=|\\[1-9]|^\(\?[aiLmsux]+\)")
+
+
+def _letter_key(literal: str) -> tuple[str, bool]:
+    """A run of ASCII letters (lowered) that every text holding the literal holds, and whether
+    it is a whole word there.
+
+    A run with a non-letter on both sides inside the literal is a whole word of any text that
+    holds the literal (a set lookup); a run at the literal's edge may be part of a longer word
+    (a substring check). The longest whole word of three letters or more is preferred.
+    """
+    lowered = literal.translate(_ASCII_LOWER)
+    runs = [(m.group(), 0 < m.start() and m.end() < len(lowered)) for m in _LETTERS.finditer(lowered)]
+    whole = [run for run, bounded in runs if bounded and len(run) >= 3]
+    if whole:
+        return max(whole, key=len), True
+    return max((run for run, _ in runs), key=len, default=""), False
+
+
+# One top-level alternative of a pattern: its regex, and the (literal, letter key, whole word)
+# triples of which every match contains one literal (None: no such set is known, always search).
+_Alternative = tuple[re.Pattern[str], tuple[tuple[str, str, bool], ...] | None]
+# A pattern's gate when every alternative has literals: the whole-word keys and the substring
+# keys of all of them (the pattern is skipped when the text holds none).
+_Gate = tuple[frozenset[str], tuple[str, ...]]
+
+
 class Catalog:
-    """Compiled patterns, matched against a log tail in one pass per pattern."""
+    """Compiled patterns, matched against a log tail.
+
+    Each pattern is split at its top-level ``|``, and an alternative is searched only when one
+    of the literals it must contain is in the text. Literal checks are themselves gated by a
+    run of letters of the literal, looked up in the text's distinct words (a log repeats
+    itself: far fewer words than bytes), mostly as a whole word in a set.
+    So a catalog of broad vocabularies costs little on a tail that says nothing of them.
+    """
 
     def __init__(self, patterns: Iterable[LogPattern]) -> None:
         self.patterns = tuple(patterns)
-        self._compiled = []
+        self._compiled: list[tuple[LogPattern, bool, _Gate | None, list[_Alternative]]] = []
         for p in self.patterns:
             lowered = p.regex.startswith("(?i)")
             regex = lowercase_regex(p.regex) if lowered else p.regex
-            self._compiled.append((p, re.compile(regex, re.MULTILINE), lowered, required_literals(regex)))
+            parts = [regex] if _UNSPLITTABLE.search(regex) else _alternatives(regex)
+            compiled = []
+            for part in parts:
+                literals = required_literals(part)
+                keyed = tuple((lit, *_letter_key(lit)) for lit in literals) if literals is not None else None
+                compiled.append((re.compile(part, re.MULTILINE), keyed))
+            gate = None
+            if all(keyed is not None for _, keyed in compiled):
+                keys = [(key, whole) for _, keyed in compiled for _, key, whole in keyed or ()]
+                gate = (frozenset(key for key, whole in keys if whole),
+                        tuple(dict.fromkeys(key for key, whole in keys if not whole)))
+            self._compiled.append((p, lowered, gate, compiled))
 
     def matches(self, text: str) -> list[Match]:
         found = []
         lowered_text = text.translate(_ASCII_LOWER)  # same length: spans index the original
-        for pattern, regex, lowered, literals in self._compiled:
+        vocabulary = set(_LETTERS.findall(lowered_text))
+        words = "\n".join(vocabulary)
+        for pattern, lowered, gate, parts in self._compiled:
+            if gate is not None and gate[0].isdisjoint(vocabulary) and not any(key in words for key in gate[1]):
+                continue  # no alternative can match: none of their letter keys is in the text
             haystack = lowered_text if lowered else text
-            if literals is not None and not any(literal in haystack for literal in literals):
-                continue
-            m = regex.search(haystack)
+            m = None
+            for regex, literals in parts:
+                if literals is not None and not any(
+                        (key in vocabulary if whole else key in words) and literal in haystack
+                        for literal, key, whole in literals):
+                    continue
+                here = regex.search(haystack)
+                if here is not None and (m is None or here.start() < m.start()):
+                    m = here
             if m is None:
                 continue
             start = text.rfind("\n", 0, m.start()) + 1
@@ -229,7 +293,7 @@ class Catalog:
 
 def _group(text: str, match: re.Match[str], name: str | None) -> str | None:
     """A named group's text, taken from the original (not lowered) text."""
-    if not name or match.group(name) is None:
+    if not name or name not in match.re.groupindex or match.group(name) is None:
         return None
     begin, end = match.span(name)
     return text[begin:end]
@@ -259,6 +323,11 @@ def keyword_line(text: str, keywords: Iterable[str]) -> str | None:
     return text[start: end if end >= 0 else len(text)].strip()
 
 
+def died_failing(fault: Fault) -> bool:
+    """Whether the fault is a process that ended with a failure exit code or a signal."""
+    return bool(fault.signal) or (fault.exit_code is not None and fault.exit_code != 0)
+
+
 @hookimpl
 def trainguard_classify_fault(fault: Fault, log_tail: str, policy: Policy,
                               patterns: tuple[LogPattern, ...]) -> Verdict | None:
@@ -270,6 +339,10 @@ def trainguard_classify_fault(fault: Fault, log_tail: str, policy: Policy,
         # latest evidence.
         log_tail = f"{log_tail}\n{fault.message}" if log_tail else fault.message
     verdict = catalog_for(patterns).verdict(log_tail) if log_tail else None
+    if verdict is not None and verdict.category is Category.SUCCESS_OR_BENIGN and died_failing(fault):
+        # A harmless warning says nothing about why a process died: the exit classifier's
+        # verdict (or the conservative default) speaks for a failure exit code or a signal.
+        verdict = None
     line = keyword_line(log_tail, policy.retryable_errors) if policy.retryable_errors else None
     if line is None:
         return verdict

@@ -3,7 +3,15 @@
 The module itself is the log notifier (registered by default). :class:`JsonLinesNotifier` is
 registered when ``--events-file`` is given and :class:`WebhookNotifier` for each
 ``--notify-webhook URL``. Both send ``Event.to_json()``: ``{"job_id", "type", "at" (ISO 8601
-UTC, ms), "message", "round", "rank", "node", "data"}``.
+UTC, ms), "message", "round", "rank", "node", "data"}`` (``docs/events.md``).
+
+The log and the events file are *inline* notifiers (``inline_notifier = True``): the plugin
+host calls them synchronously, in the supervisor's thread. Both are local writes that take
+microseconds, and the events file is what users and tests read to follow a job, so it must
+hold every event, in order, by the time the supervisor exits; a queue could only drop or
+reorder them. Every other notifier, the webhook included, gets its own bounded queue and
+worker thread (:mod:`trainguard.hooks.delivery`), so a host that never answers costs the
+supervisor nothing.
 """
 
 from __future__ import annotations
@@ -22,22 +30,31 @@ from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponen
 
 from trainguard.errors import TrainguardError
 from trainguard.hooks.markers import hookimpl
-from trainguard.model import Event
+from trainguard.model import Event, EventType
 
 log = logging.getLogger("trainguard.events")
 
-_WARNINGS = {"fault_detected", "node_isolated", "round_started", "plugin_error"}
+_WARNINGS = {t.value for t in (EventType.FAULT_DETECTED, EventType.NODE_ISOLATED, EventType.ROUND_STARTED,
+                                EventType.PLUGIN_ERROR, EventType.RANK_SLOW)}
+
+# Seconds between two webhook attempts at most.
+_MAX_BACKOFF = 10.0
+
+# Read by the plugin host: this module (the log notifier) is called in the supervisor's thread.
+inline_notifier = True
 
 
 @hookimpl
 def trainguard_on_event(event: Event) -> None:
-    level = logging.ERROR if event.type == "job_failed" else (
-        logging.WARNING if event.type in _WARNINGS else logging.INFO)
+    level = logging.ERROR if event.type == EventType.JOB_FAILED else (
+        logging.WARNING if str(event.type) in _WARNINGS else logging.INFO)
     log.log(level, "[%s] %s%s", event.job_id, event.type, f": {event.message}" if event.message else "")
 
 
 class JsonLinesNotifier:
-    """Append every event to a file, one JSON object a line, flushed as it happens."""
+    """Append every event to a file, one JSON object a line, written as it happens (inline)."""
+
+    inline_notifier = True
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -87,7 +104,11 @@ class WebhookNotifier:
         self.timeout = timeout
         self.types = frozenset(types)
         self.headers = {"Content-Type": "application/json", **(headers or {})}
-        self._post = retry(stop=stop_after_attempt(attempts), wait=wait_exponential(multiplier=backoff, max=10),
+        # The longest one event may take (every attempt times out, every backoff at its cap): the
+        # plugin host's per-notifier timeout, past which this webhook counts as stuck.
+        self.notify_timeout = attempts * timeout + (attempts - 1) * _MAX_BACKOFF + 1.0
+        self._post = retry(stop=stop_after_attempt(attempts),
+                           wait=wait_exponential(multiplier=backoff, max=_MAX_BACKOFF),
                            retry=retry_if_exception(lambda e: isinstance(e, WebhookError) and e.transient),
                            reraise=True)(self._post_once)
 

@@ -17,13 +17,17 @@ hang / exit hang                        restart in place, free ("restart upon su
 not retryable, ExitCodeAndErrorMsg      fail (no free retry for user errors or unknowns)
 not retryable, OnFailure                unconditional restart; after
                                         ``max_consecutive_unconditional_restarts`` in a row
-                                        with no node fault, fail as a user-code error
+                                        (of the job; Async: of the instance) with no node
+                                        fault, fail as a user-code error
 Sync job, restarts disabled             fail (``--enable-job-restart=False``)
 node fault, or the same fault code     isolate the node: Sync reschedules the job away
 ``isolate_after_same_fault`` times in   from it (or replaces only its ranks while
 a row within the window on the same     ``max_num_of_pod_restart`` allows); Async replaces
-node (Sync) or device (Async)           the failed instances; no spare capacity: fail for a
-                                        node fault, restart the job for a repeated fault
+node (Sync) or device (Async)           the failed instances; no spare capacity: an elastic
+                                        job (``--min-nodes``) with enough nodes left scales
+                                        in (budgeted; see trainguard/elastic.py), otherwise
+                                        fail for a node fault, restart the job for a
+                                        repeated fault
 Async job                               restart the failed instances, free
 first occurrence on this node           restart in place, free (in-place recovery)
 again                                   restart the job (budgeted)
@@ -63,6 +67,22 @@ def _is_hang_round(record: RoundRecord) -> bool:
 
 def _is_unconditional_round(record: RoundRecord) -> bool:
     return record.unconditional and not record.node_fault
+
+
+def _unconditional_in_a_row(history: History, rank: int | None, per_instance: bool) -> int:
+    """Unconditional restarts in a row: of the job (Sync: every rank restarts together), or of
+    this instance (Async: seed 002 counts an instance's own failures; 64 ranks failing once each
+    are not one rank failing 64 times)."""
+    if not per_instance or rank is None:
+        return history.trailing(_is_unconditional_round)
+    count = 0
+    for record in reversed(history.rounds):
+        if rank not in record.ranks:
+            continue
+        if not _is_unconditional_round(record):
+            break
+        count += 1
+    return count
 
 
 @hookimpl(trylast=True)
@@ -106,9 +126,10 @@ def trainguard_decide_recovery(
         if policy.fault_tolerant_policy is FaultTolerantPolicy.EXIT_CODE_AND_ERROR_MSG:
             kind = "user error" if verdict.user_error else verdict.category.value
             return _fail(f"{code} is not retryable ({kind}) under --fault-tolerant-policy=ExitCodeAndErrorMsg")
-        in_a_row = history.trailing(_is_unconditional_round)
+        in_a_row = _unconditional_in_a_row(history, root.rank, is_async)
         if in_a_row >= policy.max_consecutive_unconditional_restarts and not verdict.node_fault:
-            return _fail(f"{code}: failed again after {in_a_row} unconditional restarts with no node "
+            whose = f" of {root.instance}" if is_async and root.instance else ""
+            return _fail(f"{code}: failed again after {in_a_row} unconditional restarts{whose} with no node "
                          "fault: a user-code error")
         unconditional = True
 
@@ -141,6 +162,10 @@ def trainguard_decide_recovery(
         why = (f"node fault on {node}" if verdict.node_fault
                else f"{code} {repeats} times in a row on {node}")
         if capacity.healthy_slots(excluding=(node,)) < capacity.world_size:
+            left = capacity.healthy_slots(excluding=(node,)) // max(1, capacity.slots_per_node)
+            if policy.min_nodes and verdict.node_fault and left >= policy.min_nodes:
+                return budgeted(Action.SCALE_IN, f"{why}: no healthy spare left, going on smaller on {left} "
+                                f"node(s) (--min-nodes={policy.min_nodes})", (node,))
             if capacity.can_requeue and verdict.node_fault:
                 return budgeted(Action.RESCHEDULE_ISOLATED,
                                 f"{why}: no healthy spare left here, requeueing the job without it", (node,))

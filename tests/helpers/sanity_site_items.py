@@ -1,0 +1,20 @@
+"""A site's own check item, as a plugin would ship it: fails on the node ``SITE_BROKEN_NODE`` names."""
+
+from __future__ import annotations
+
+import os
+
+from trainguard import hookimpl
+from trainguard.sanity import SanityItem, Scope
+
+
+def ecc_scan(ctx) -> float:
+    if ctx.node == os.environ.get("SITE_BROKEN_NODE"):
+        raise RuntimeError("2 uncorrectable ECC errors on GPU 3")
+    return 1.0
+
+
+class SitePlugin:
+    @hookimpl
+    def trainguard_sanity_items(self):
+        return [SanityItem("ecc_scan", Scope.NODE, "helpers.sanity_site_items:ecc_scan", "pass")]

@@ -1,0 +1,371 @@
+"""The catalog's knowledge, family by family: messages as their sources document them.
+
+Each row is a line in the wording of the component that prints it (NCCL, the CUDA runtime,
+the NVIDIA Xid catalog, the kernel, a shell in some locale, Slurm, Kubernetes, a cloud
+provider, PyTorch), not an excerpt of the corpus; the corpus is measured in
+``test_classifier_dev.py`` and ``test_classifier_holdout.py``. Also here: what no evidence
+means, and that a harmless warning never outranks a process's death.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from trainguard.hooks import PluginHost
+from trainguard.model import Category, ErrorSource, Fault
+from trainguard.policy import Policy
+
+HOST = PluginHost(load_entry_points=False)
+
+
+def classify(text: str, **fault):
+    source = ErrorSource.EXIT_CODE if fault else ErrorSource.LOG
+    return HOST.classify(Fault(source, time.time(), **fault), text, Policy())
+
+
+# (line, category, retryable, fault code)
+KNOWLEDGE = [
+    # NCCL (ncclResult_t) and PyTorch's ProcessGroupNCCL watchdog and heartbeat monitor
+    ("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error "
+     "(run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3\nncclSystemError: System call (e.g. socket, "
+     "malloc) or external library call failed or device error.", "nccl_error", True, "TG-NCCL-ERROR"),
+    ("ncclInternalError: Internal check failed.", "nccl_error", True, "TG-NCCL-ERROR"),
+    ("ncclUnhandledCudaError: Call to CUDA function failed.", "nccl_error", True, "TG-NCCL-ERROR"),
+    ("ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.",
+     "nccl_error", True, "TG-NCCL-ERROR"),
+    ("NCCL error in: ProcessGroupNCCL.cpp:1269, invalid usage (run with NCCL_DEBUG=WARN for details)\n"
+     "ncclInvalidUsage: This usually reflects invalid usage of NCCL library.\n"
+     "Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1a000", "nccl_error", False, "TG-NCCL-USAGE"),
+    ("node1:123:456 [0] NCCL WARN NET/Socket : socket progress error", "nccl_error", True, "TG-NCCL-ERROR"),
+    ("[E ProcessGroupNCCL.cpp:475] [Rank 2] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=8, "
+     "OpType=BROADCAST, Timeout(ms)=1800000) ran for 1800414 milliseconds before timing out.",
+     "nccl_timeout", True, "TG-NCCL-TIMEOUT"),
+    ("[E ProcessGroupNCCL.cpp:1537] [PG 0 Rank 7] Timeout at NCCL work: 1, last enqueued NCCL work: 1, last "
+     "completed NCCL work: 0.", "nccl_timeout", True, "TG-NCCL-TIMEOUT"),
+    ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms "
+     "for recv operation to complete", "nccl_timeout", True, "TG-NCCL-TIMEOUT"),
+    ("torch.distributed.DistBackendError: [Rank 3] Exception (either an error or timeout) detected by watchdog "
+     "at work: 42, last enqueued NCCL work: 42, last completed NCCL work: 41.", "nccl_timeout", True,
+     "TG-NCCL-TIMEOUT"),
+    ("[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank 1] Heartbeat monitor timed out! Process will be terminated after "
+     "dumping debug info. workMetaList_.size()=1", "hang_or_stuck", True, "TG-NCCL-HEARTBEAT"),
+    ("[F ProcessGroupNCCL.cpp:1169] [PG 0 Rank 0] ProcessGroupNCCL's watchdog got stuck for 480 seconds without "
+     "making progress in monitoring enqueued collectives.", "hang_or_stuck", False, "TG-NCCL-WATCHDOG-STUCK"),
+    ("[1,0]<stderr>:One or more tensors were submitted to be reduced, gathered or broadcasted by subset of ranks "
+     "and are waiting for remainder of ranks for more than 60 seconds.", "hang_or_stuck", True, "TG-STALL"),
+    # CUDA runtime errors
+    ("RuntimeError: CUDA error: an illegal memory access was encountered", "gpu_hardware", True, "TG-GPU-ERROR"),
+    ("RuntimeError: CUDA error: unspecified launch failure", "gpu_hardware", True, "TG-GPU-ERROR"),
+    ("RuntimeError: CUDA error: device-side assert triggered\nCUDA kernel errors might be asynchronously "
+     "reported", "user_code", False, "TG-CUDA-ASSERT"),
+    ("../aten/src/ATen/native/cuda/Loss.cu:250: nll_loss_forward_reduce_cuda_kernel_2d: block: [0,0,0], thread: "
+     "[5,0,0] Assertion `t >= 0 && t < n_classes` failed.", "user_code", False, "TG-CUDA-ASSERT"),
+    ("RuntimeError: CUDA error: no kernel image is available for execution on the device", "user_code", False,
+     "TG-CUDA-USAGE"),
+    ("RuntimeError: CUDA error: uncorrectable ECC error encountered", "gpu_hardware", True, "TG-GPU-ECC"),
+    ("cudaErrorECCUncorrectable", "gpu_hardware", True, "TG-GPU-ECC"),
+    ("RuntimeError: CUDA error: system not yet initialized", "gpu_hardware", True, "TG-GPU-FABRIC"),
+    ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest "
+     "NVIDIA driver is installed and running.", "gpu_hardware", True, "TG-GPU-DRIVER"),
+    # NVIDIA Xid catalog: hardware vs application
+    ("[ 1234.5] NVRM: Xid (PCI:0000:b1:00): 79, pid=2231, GPU has fallen off the bus.", "gpu_hardware", True,
+     "TG-GPU-LOST"),
+    ("[ 88.1] NVRM: Xid (PCI:0000:3b:00): 48, pid=771, An uncorrectable double bit error (DBE) has been detected",
+     "gpu_hardware", True, "TG-GPU-XID"),
+    ("[ 88.1] NVRM: Xid (PCI:0000:3b:00): 64, pid='<unknown>', name=<unknown>, Row Remapper Error",
+     "gpu_hardware", True, "TG-GPU-XID"),
+    ("[ 88.1] NVRM: Xid (PCI:0000:3b:00): 74, pid=1, name=python, NVLink: fatal error detected on link 3",
+     "gpu_hardware", True, "TG-GPU-XID"),
+    ("[ 77.0] NVRM: Xid (PCI:0000:1a:00): 31, pid=4242, name=python, Ch 00000008, intr 10000000. MMU Fault",
+     "user_code", False, "TG-GPU-XID-APP"),
+    ("[ 77.0] NVRM: Xid (PCI:0000:1a:00): 13, pid=4242, name=python, Graphics SM Warp Exception on (GPC 0, TPC 1)",
+     "user_code", False, "TG-GPU-XID-APP"),
+    ("Row remapping failed on GPU 00000000:3B:00.0", "gpu_hardware", True, "TG-GPU-ECC"),
+    # device vs host memory
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+     "79.10 GiB of which 1.19 GiB is free.", "cuda_oom", False, "TG-CUDA-OOM"),
+    ("torch.cuda.OutOfMemoryError: HIP out of memory. Tried to allocate 20.00 MiB", "cuda_oom", False,
+     "TG-CUDA-OOM"),
+    ("RuntimeError: [enforce fail at alloc_cpu.cpp:83] err == 0. DefaultCPUAllocator: can't allocate memory: you "
+     "tried to allocate 34359738368 bytes. Error code 12 (Cannot allocate memory)", "host_oom", False,
+     "TG-HOST-ENOMEM"),
+    ("tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with "
+     "shape[1024,1024,512] and type float on /job:localhost/replica:0/task:0/device:CPU:0 by allocator cpu",
+     "host_oom", False, "TG-HOST-ENOMEM"),
+    ("numpy.core._exceptions._ArrayMemoryError: Unable to allocate 37.3 GiB for an array with shape (50000, "
+     "100000) and data type float64", "host_oom", False, "TG-HOST-ENOMEM"),
+    ("MemoryError", "host_oom", False, "TG-HOST-ENOMEM"),
+    # the OOM killer in every form
+    ("[4810.1] Out of memory: Killed process 41203 (python) total-vm:98234560kB, anon-rss:63817224kB",
+     "host_oom", False, "TG-HOST-OOM"),
+    ("[4810.1] Memory cgroup out of memory: Killed process 1234 (pt_main_thread)", "host_oom", False,
+     "TG-HOST-OOM"),
+    ("slurmstepd: error: Detected 1 oom-kill event(s) in StepId=4242.0. Some of your processes may have been "
+     "killed by the cgroup out-of-memory handler.", "host_oom", True, "TG-HOST-OOM-CGROUP"),
+    ("train.sh: line 12: 31337 Killed                  python train.py", "host_oom", False, "TG-SIGKILL"),
+    ("train.sh: Zeile 12: 31337 Getötet                 python train.py", "host_oom", False, "TG-SIGKILL"),
+    ("train.sh : ligne 12 : 31337 Processus arrêté         python train.py", "host_oom", False, "TG-SIGKILL"),
+    ("train.sh: línea 12: 31337 Terminado (killed)      python train.py", "host_oom", False, "TG-SIGKILL"),
+    ("train.sh: 行 12: 31337 已杀死                  python train.py", "host_oom", False, "TG-SIGKILL"),
+    ("train.sh: 行 12: 31337 強制終了                python train.py", "host_oom", False, "TG-SIGKILL"),
+    ("train.sh: строка 12: 31337 Убито              python train.py", "host_oom", False, "TG-SIGKILL"),
+    ("torch.distributed.elastic.multiprocessing.api:[WARNING] Signal 9 (SIGKILL) received by PID 1234",
+     "host_oom", False, "TG-SIGKILL"),
+    ("Last State: Terminated\n  Reason: OOMKilled\n  Exit Code: 137", "host_oom", False, "TG-K8S-OOMKILLED"),
+    ("[trainguard] pod job-1-r0 on node node-2: terminated reason=OOMKilled exitCode=137", "host_oom", False,
+     "TG-K8S-OOMKILLED"),
+    ("[trainguard] pod job-1-r0 on node node-1: status reason=NodeLost: Node node-1 which was running pod "
+     "job-1-r0 is unresponsive", "node_or_infra", True, "TG-NODE-EVENT"),
+    ("Warning  Evicted  kubelet  The node was low on resource: memory. Threshold quantity: 100Mi",
+     "host_oom", True, "TG-HOST-OOM-EVICTED"),
+    ("RuntimeError: DataLoader worker (pid 4242) is killed by signal: Killed.", "host_oom", False,
+     "TG-HOST-ENOMEM"),
+    ("ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).",
+     "segfault_or_signal", False, "TG-WORKER-CRASH"),
+    # cloud and scheduler preemption, termination, limits
+    ('{"action": "terminate", "time": "2024-05-01T12:00:00Z"} from /latest/meta-data/spot/instance-action',
+     "node_or_infra", True, "TG-PREEMPTED"),
+    ("EC2 Spot Instance Interruption Warning for i-0abc", "node_or_infra", True, "TG-PREEMPTED"),
+    ("Instance was preempted.", "node_or_infra", True, "TG-PREEMPTED"),
+    ('{"EventId": "A1", "EventType": "Preempt", "ResourceType": "VirtualMachine"}', "node_or_infra", True,
+     "TG-PREEMPTED"),
+    ("slurmstepd: error: *** JOB 77 ON gpu12 CANCELLED AT 2024-01-01T00:00:00 DUE TO PREEMPTION ***",
+     "node_or_infra", True, "TG-PREEMPTED"),
+    ("slurmstepd: error: *** JOB 77 ON gpu12 CANCELLED AT 2024-01-01T00:00:00 DUE TO TIME LIMIT ***",
+     "node_or_infra", True, "TG-TIME-LIMIT"),
+    ("srun: error: Node failure on gpu12", "node_or_infra", True, "TG-NODE-FAIL"),
+    ("slurmstepd: error: *** JOB 77 ON gpu12 CANCELLED AT 2024-01-01T00:00:00 ***", "node_or_infra", False,
+     "TG-CANCELLED"),
+    ("Warning  NodeNotReady  pod/trainer-0  Node is not ready", "node_or_infra", True, "TG-NODE-EVENT"),
+    ("Conditions: DisruptionTarget True  reason: DeletionByTaintManager", "node_or_infra", True,
+     "TG-K8S-DISRUPTION"),
+    ("Warning  Evicted  kubelet  The node was low on resource: ephemeral-storage.", "node_or_infra", True,
+     "TG-K8S-EVICTED"),
+    ("Warning  UnexpectedAdmissionError  Allocate failed due to requested number of devices unavailable for "
+     "nvidia.com/gpu", "node_or_infra", True, "TG-K8S-ADMISSION"),
+    ("Normal  Preempting  pod/trainer-3  Preempted by default/inference-7 on node gpu-4", "node_or_infra", True,
+     "TG-K8S-PREEMPTED"),
+    ("Warning  FailedScheduling  0/8 nodes are available: 8 Insufficient nvidia.com/gpu.", "node_or_infra", True,
+     "TG-K8S-UNSCHEDULABLE"),
+    ('Warning  Failed  Failed to pull image "registry/trainer:v9": manifest unknown\nErrImagePull',
+     "user_code", False, "TG-K8S-CONFIG"),
+    ("torch.distributed.elastic.agent.server.api:Received Signals.SIGTERM death signal, shutting down workers",
+     "node_or_infra", True, "TG-SIGTERM"),
+    ("run.sh: line 4: 1234 Terminated              python train.py", "node_or_infra", True, "TG-SIGTERM"),
+    ("    Last State:     Terminated\n      Reason:       Error\n      Exit Code:    1", "user_code", False,
+     "TG-CHILD-FAILED"),
+    # Slurm launcher and controller
+    ("srun: error: Unable to contact slurm controller (connect failure)", "node_or_infra", True,
+     "TG-SLURM-CONTROLLER"),
+    ("srun: error: Socket timed out on send/recv operation", "node_or_infra", True, "TG-SLURM-CONTROLLER"),
+    ("srun: Job 42 step creation temporarily disabled, retrying (Requested nodes are busy)", "node_or_infra", True,
+     "TG-SLURM-STEP-CREATE"),
+    ("srun: error: Unable to create step for job 42: Memory required by task is not available", "node_or_infra",
+     True, "TG-SLURM-STEP-CREATE"),
+    ("slurmstepd: error: execve(): python: No such file or directory", "node_or_infra", True,
+     "TG-SLURM-STEP-LAUNCH"),
+    ("[gpu3:01234] PMIX ERROR: pmix_server_setup failed", "node_or_infra", True, "TG-SLURM-STEP-LAUNCH"),
+    # storage and network
+    ("OSError: [Errno 116] Stale file handle: '/lustre/ckpt/step_100.pt'", "node_or_infra", True, "TG-IO-ERROR"),
+    ("OSError: [Errno 5] Input/output error", "node_or_infra", True, "TG-IO-ERROR"),
+    ("kernel: nfs: server filer01 not responding, still trying", "node_or_infra", True, "TG-IO-ERROR"),
+    ("LustreError: 11-0: scratch-OST0003-osc: operation ost_read to node 10.0.0.3@o2ib failed: rc = -107",
+     "node_or_infra", True, "TG-IO-ERROR"),
+    ("OSError: [Errno 107] Transport endpoint is not connected", "node_or_infra", True, "TG-IO-ERROR"),
+    ("OSError: [Errno 28] No space left on device", "node_or_infra", False, "TG-DISK-FULL"),
+    ("requests.exceptions.ConnectionError: HTTPSConnectionPool(host='huggingface.co', port=443): Max retries "
+     "exceeded with url: /api/models", "node_or_infra", True, "TG-NETWORK"),
+    ("RuntimeError: The server socket has failed to listen on any local network address. "
+     "[::]:29500 (errno: 98 - Address already in use)", "node_or_infra", True, "TG-RENDEZVOUS"),
+    # numerical divergence: the run's own maths
+    ("{'loss': nan, 'learning_rate': 1.9e-05, 'epoch': 0.42}", "user_code", False, "TG-LOSS-NAN"),
+    ("step 1200 | loss inf | lr 3e-4", "user_code", False, "TG-LOSS-NAN"),
+    ("Epoch 3: 100%|██████████| 50/50 [00:10<00:00, train_loss=nan, val_loss=nan]", "user_code", False,
+     "TG-LOSS-NAN"),
+    ("{'loss': 0.0, 'grad_norm': nan, 'learning_rate': 2e-05, 'epoch': 0.1}", "user_code", False, "TG-LOSS-NAN"),
+    ("FloatingPointError: Loss became infinite or NaN at iteration=1234!", "user_code", False, "TG-LOSS-NAN"),
+    ("Exception: Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.",
+     "user_code", False, "TG-LOSS-NAN"),
+    ("RuntimeError: Function 'LogSoftmaxBackward0' returned nan values in its 0th output.", "user_code", False,
+     "TG-LOSS-NAN"),
+    # import, argument and config errors; exceptions
+    ("ModuleNotFoundError: No module named 'flash_attn'", "user_code", False, "TG-USER-CONFIG"),
+    ("train.py: error: unrecognized arguments: --lr_sched cosine", "user_code", False, "TG-USER-CONFIG"),
+    ("python: can't open file '/workspace/trian.py': [Errno 2] No such file or directory", "user_code", False,
+     "TG-USER-CONFIG"),
+    ("RuntimeError: Error(s) in loading state_dict for Model:\n\tsize mismatch for head.weight: copying a param "
+     "with shape torch.Size([10, 512]) from checkpoint", "user_code", False, "TG-USER-CONFIG"),
+    ("Traceback (most recent call last):\n  File \"train.py\", line 3, in <module>\n    main()\n"
+     "ValueError: too many values to unpack (expected 2)", "user_code", False, "TG-USER-EXCEPTION"),
+    ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\ntrain.py FAILED\n  exitcode  : 1 (pid: 12)",
+     "user_code", False, "TG-USER-EXCEPTION"),
+    # fatal signals
+    ("Fatal Python error: Segmentation fault", "segfault_or_signal", False, "TG-SIGSEGV-LIB"),
+    ("run.sh: Zeile 3: 4242 Speicherzugriffsfehler  (Speicherabzug geschrieben) python train.py",
+     "segfault_or_signal", False, "TG-SIGSEGV-LIB"),
+    ("  exitcode  : -11 (pid: 1234)", "segfault_or_signal", True, "TG-SIGSEGV"),
+    # NCCL's start-up notices on a host without InfiniBand or a net plugin are not errors
+    ("host:1:1 [0] misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]\n"
+     "host:1:1 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.2<0>", "hang_or_stuck", True, "TG-NCCL-INIT-STALL"),
+    ("host:1:1 [0] NCCL WARN NET/IBext : Got completion from peer 10.0.0.3<4242> with status=12 opcode=0 len=0 "
+     "vendor err 129 (Recv)", "nccl_error", True, "TG-NCCL-ERROR"),
+    ("host:1:2 [0] NCCL INFO Channel 00/02 :    0   1\nhost:1:2 [0] NCCL INFO transport/net_socket.cc:336 -> 2\n"
+     "host:1:2 [0] NCCL INFO init.cc:1089 -> 2 [Async thread]", "nccl_error", True, "TG-NCCL-ERROR"),
+    # name resolution (getaddrinfo EAI_NONAME / EAI_AGAIN), not torchrun's harmless IPv6 notice
+    ("ValueError: host not found: Name or service not known", "node_or_infra", True, "TG-RENDEZVOUS"),
+    ("socket.gaierror: [Errno -3] Temporary failure in name resolution", "node_or_infra", True, "TG-RENDEZVOUS"),
+    ("[W socket.cpp:601] [c10d] The IPv6 network addresses of (node1, 29500) cannot be retrieved (gai error: -2 - "
+     "Name or service not known).", "success_or_benign", True, "TG-BENIGN"),
+    # the c10d store's master: ranks that never joined
+    ("torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 2/4 clients joined.",
+     "node_or_infra", True, "TG-RENDEZVOUS"),
+    # network clients' exception classes and socket errnos
+    ("urllib3.exceptions.NewConnectionError: <urllib3.connection.HTTPSConnection object>: Failed to establish a new "
+     "connection: [Errno 111] Connection refused", "node_or_infra", True, "TG-NETWORK"),
+    ("wandb: ERROR Error while calling W&B API: An internal error occurred. (<Response [502]>)", "node_or_infra",
+     True, "TG-NETWORK"),
+    # schedulers and clouds: LSF termination reasons, PBS/YARN memory limits, capacity, shutdown notices
+    ("TERM_RUNLIMIT: job killed after reaching LSF run time limit.", "node_or_infra", True, "TG-TIME-LIMIT"),
+    ("TERM_MEMLIMIT: job killed after reaching LSF memory usage limit.", "host_oom", True, "TG-HOST-OOM-CGROUP"),
+    ("TERM_PREEMPT: job killed after preemption.", "node_or_infra", True, "TG-PREEMPTED"),
+    ("Container killed by YARN for exceeding memory limits. 10.4 GB of 10 GB physical memory used.", "host_oom",
+     True, "TG-HOST-OOM-CGROUP"),
+    ("slurmstepd: error: *** STEP 1234.0 ON gpu01 CANCELLED AT 2024-05-01T10:00:00 ***", "node_or_infra", False,
+     "TG-CANCELLED"),
+    ("squeue: error: fetch_config: DNS SRV lookup failed", "node_or_infra", True, "TG-SLURM-CONTROLLER"),
+    ("GCP Metadata Service says termination is imminent", "node_or_infra", True, "TG-PREEMPTED"),
+    ("Error: Insufficient GPU capacity in zone us-central1-a", "node_or_infra", True, "TG-PREEMPTED"),
+    ("Pod was terminated in response to imminent node shutdown.", "node_or_infra", True, "TG-NODE-LOST"),
+    ("NAME     STATUS     ROLES    AGE   VERSION\ngpu-node-7   NotReady   <none>   12d   v1.29.1", "node_or_infra", True,
+     "TG-NODE-EVENT"),
+    ("JOBID PARTITION NAME USER ST TIME NODES NODELIST(REASON)\n1234 gpu train me PD 0:00 2 (ReqNodeNotAvail, "
+     "UnavailableNodes:gpu[01-02])", "node_or_infra", True, "TG-NODE-FAIL"),
+    ("ray.exceptions.NodeDiedError: Task failed due to the node dying.", "node_or_infra", True, "TG-NODE-LOST"),
+    ("A process or daemon was unable to complete a TCP connection to another process:\n  Local host: node1\n"
+     "  Remote host: node2", "node_or_infra", True, "TG-NODE-LOST"),
+    # launchers and IDEs report signals and exit codes in their own words
+    ("Process finished with exit code 137 (interrupted by signal 9: SIGKILL)", "host_oom", False, "TG-SIGKILL"),
+    ("The replica workerpool0-0 exited with a non-zero status of 137.", "host_oom", False, "TG-SIGKILL"),
+    ("torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with signal SIGSEGV",
+     "segfault_or_signal", True, "TG-SIGSEGV"),
+    ("Process finished with exit code -1073741819 (0xC0000005)", "segfault_or_signal", False, "TG-SIGSEGV-LIB"),
+    ("Failures:\n[1]:\n  rank      : 1 (local_rank: 1)\n  exitcode  : -7 (pid: 3112)\n"
+     "Root Cause (first observed failure):\n[0]:\n  exitcode  : -7 (pid: 3111)", "segfault_or_signal", False,
+     "TG-SIGBUS-ALL"),
+    ("ERROR: Job failed: exit code 1", "user_code", False, "TG-CHILD-FAILED"),
+    # host memory named by other runtimes; a GPU driver that cannot start
+    ("java.lang.OutOfMemoryError: Java heap space", "host_oom", False, "TG-HOST-ENOMEM"),
+    ("RuntimeError: CUDA driver initialization failed, you might not have a CUDA gpu.", "gpu_hardware", True,
+     "TG-GPU-DRIVER"),
+    # hangs named by the job's own detectors
+    ("[NVRx] Hang detected on rank 12: no progress reported for 600 s", "hang_or_stuck", True, "TG-STALL"),
+    ("torch.distributed.elastic.timer.local_timer: Reaping worker 4242: timer expired", "hang_or_stuck", True,
+     "TG-STALL"),
+    ("I0101 10:00:00.0 cross_device_ops.py:897] batch_all_reduce: 369 all-reduces with algorithm = nccl, "
+     "num_packs = 1", "hang_or_stuck", True, "TG-START-STALL"),
+    # divergence and compiler errors are the program's
+    ("Training stopped: loss diverged at step 1200", "user_code", False, "TG-LOSS-NAN"),
+    ("torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:", "user_code", False, "TG-USER-CONFIG"),
+    # a DeepSpeed memory-pressure notice is a warning, not a kubelet eviction
+    ("[WARNING] [stage3.py:1850:step] 3 pytorch allocator cache flushes since last step. this happens when there is "
+     "high memory pressure", "success_or_benign", True, "TG-BENIGN"),
+    ("{'loss': 1.2345, 'learning_rate': 1.9e-05, 'epoch': 0.5}", "success_or_benign", True, "TG-PROGRESS"),
+    ("=== EPOCH 12/50 ===\nLoss train: 0.073  eval: 0.069", "success_or_benign", True, "TG-PROGRESS"),
+    # Kubernetes container states as `kubectl describe` prints them
+    ("Last State:  Terminated\n  Reason:  Error\n  Exit Code:  139", "segfault_or_signal", True, "TG-SIGSEGV"),
+    ("Last State:  Terminated\n  Reason:  Error\n  Exit Code:  143", "node_or_infra", True, "TG-SIGTERM"),
+    ("Error: container has runAsNonRoot and image will run as root", "user_code", False, "TG-K8S-CONFIG"),
+    ("NVIDIA GeForce RTX 4090 with CUDA capability sm_89 is not compatible with the current PyTorch installation.",
+     "user_code", False, "TG-CUDA-USAGE"),
+    ("azure.core.exceptions.ServiceRequestError: <urllib3.connection.HTTPSConnection object>: Failed to establish a "
+     "new connection: [Errno -3] Temporary failure in name resolution", "node_or_infra", True, "TG-RENDEZVOUS"),
+    # the operator stopped a run that showed no error: what people do to a stalled job
+    ("[INFO] [comm.py:622:init_distributed] Initializing TorchBackend in DeepSpeed with backend nccl\n"
+     "^CWARNING:torch.distributed.elastic.agent.server.api:Received 2 death signal, shutting down workers",
+     "hang_or_stuck", False, "TG-INTERRUPTED-STALL"),
+    ("Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n    loss.backward()\n"
+     "KeyboardInterrupt", "hang_or_stuck", False, "TG-INTERRUPTED-STALL"),
+    ("initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/8\ninitializing ddp: GLOBAL_RANK: 0, MEMBER: 1/8\n"
+     "initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/8", "hang_or_stuck", False, "TG-INIT-STALL"),
+    ("initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/8\ninitializing ddp: GLOBAL_RANK: 0, MEMBER: 1/8",
+     "hang_or_stuck", True, "TG-START-STALL"),
+    ("(raylet) worker_pool.cc:592: Some workers of the worker process(4242) have not registered within the timeout. "
+     "The process is still alive, probably it's hanging during start.", "hang_or_stuck", True, "TG-STALL"),
+    # healthy runs: HF/accelerate notices, DeepSpeed's step line, W&B's finish
+    ("Detected kernel version 5.4.0, which is below the recommended minimum of 5.5.0; this can cause the process "
+     "to hang.", "success_or_benign", True, "TG-BENIGN"),
+    ("[INFO] [logging.py:96:log_dist] [Rank 0] step=100, skipped=0, lr=[1e-05], mom=[(0.9, 0.999)]",
+     "success_or_benign", True, "TG-PROGRESS"),
+    ("wandb: Waiting for W&B process to finish... (success).\nwandb: Run history:", "success_or_benign", True,
+     "TG-BENIGN"),
+    # benign: positive evidence only
+    ("[W reducer.cpp:1303] Warning: find_unused_parameters=True was specified in DDP constructor",
+     "success_or_benign", True, "TG-BENIGN"),
+    ("{'train_runtime': 1234.5, 'train_samples_per_second': 8.1, 'epoch': 3.0}", "success_or_benign", True,
+     "TG-BENIGN"),
+    ("Epoch 4: 100%|██████████| 195/195 [01:58<00:00,  1.64it/s, loss=0.391]", "success_or_benign", True,
+     "TG-PROGRESS"),
+]
+
+
+@pytest.mark.parametrize("text,category,retryable,code", KNOWLEDGE, ids=lambda v: v[:48] if isinstance(v, str) else "")
+def test_the_catalog_knows(text, category, retryable, code):
+    verdict = classify(text)
+    assert (verdict.category.value, verdict.retryable, verdict.fault_code) == (category, retryable, code), \
+        verdict.classifier
+    if category == "user_code":
+        assert verdict.user_error
+
+
+def test_slurm_launcher_errors_beat_what_a_rank_printed():
+    rank = "RuntimeError: CUDA error: an illegal memory access was encountered\nKeyError: 'x'\n"
+    verdict = classify(rank + "srun: error: Unable to confirm allocation for job 42: Expired or invalid job\n")
+    assert (verdict.fault_code, verdict.category.value, verdict.retryable, verdict.node_fault,
+            verdict.user_error) == ("TG-SLURM-CONTROLLER", "node_or_infra", True, False, False)
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "loading data from /data/shards\nstarting rank 3 of 8\n",
+                                  "some free text a user wrote\n"])
+def test_no_evidence_is_unknown_not_benign(text):
+    verdict = HOST.classify(Fault(ErrorSource.LOG, time.time()), text, Policy())
+    assert (verdict.category, verdict.fault_code, verdict.retryable) == (Category.UNKNOWN, "TG-UNKNOWN", False)
+
+
+WARNING_ONLY = ("[rank0]:[W730 15:32:17.841273251 ProcessGroupNCCL.cpp:1479] Warning: WARNING: "
+                "destroy_process_group() was not called before program exit, which can leak resources.\n")
+
+
+@pytest.mark.parametrize("fault", [{"exit_code": 137}, {"exit_code": -9}, {"signal": 9}])
+def test_a_harmless_warning_never_outranks_a_kill(fault):
+    verdict = classify(WARNING_ONLY, **fault)
+    assert (verdict.category.value, verdict.fault_code, verdict.retryable) == ("host_oom", "TG-SIGKILL", False)
+
+
+def test_a_failed_exit_with_only_a_warning_is_unknown():
+    verdict = classify(WARNING_ONLY, exit_code=1)
+    assert (verdict.category, verdict.fault_code) == (Category.UNKNOWN, "TG-UNKNOWN")
+    assert classify(WARNING_ONLY, exit_code=0).category is Category.SUCCESS_OR_BENIGN
+
+
+def _cli(*args: str) -> dict:
+    done = subprocess.run([sys.executable, "-m", "trainguard.cli", *args], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_cli_kill_with_only_a_harmless_warning_is_a_kill(tmp_path):
+    log = tmp_path / "rank0.log"
+    log.write_text(WARNING_ONLY)
+    for option in (["--exit-code", "137"], ["--signal", "SIGKILL"]):
+        verdict = _cli("classify", str(log), *option, "--json")
+        assert (verdict["category"], verdict["fault_code"], verdict["retryable"]) == ("host_oom", "TG-SIGKILL", False)
+    assert _cli("classify", str(log), "--json")["category"] == "success_or_benign"
+    silent = tmp_path / "silent.log"
+    silent.write_text("starting rank 0\n")
+    assert _cli("classify", str(silent), "--json")["category"] == "unknown"

@@ -89,7 +89,7 @@ def _nvrx_worker(train: object) -> None:
     """NVRx's Wrapper on the same loop: its base store at MASTER_PORT (rank 0 hosts it), the
     training store a PrefixStore per iteration over one at MASTER_PORT + 1, as its examples do;
     its intervals shortened to 50 ms (``last_call_wait`` 0.1 s) so that polling is not what is
-    measured."""
+    measured, its soft and hard timeouts to 20 and 30 s so that a run that does not recover ends."""
     from datetime import timedelta
 
     import nvidia_resiliency_ext.inprocess as nvrx  # type: ignore[import-not-found]
@@ -107,8 +107,8 @@ def _nvrx_worker(train: object) -> None:
     # NVRx finds the parameter by its annotation, a class (this module's annotations are strings).
     run.__annotations__ = {"call_wrapper": nvrx.CallWrapper}
     nvrx.Wrapper(health_check=None, monitor_thread_interval=quick, monitor_process_interval=quick,
-                 heartbeat_interval=quick, progress_watchdog_interval=quick,
-                 last_call_wait=timedelta(seconds=0.1))(run)(store)
+                 heartbeat_interval=quick, progress_watchdog_interval=quick, last_call_wait=timedelta(seconds=0.1),
+                 soft_timeout=timedelta(seconds=20), hard_timeout=timedelta(seconds=30))(run)(store)
 
 
 # -- the driver ----------------------------------------------------------------------------------
@@ -194,6 +194,8 @@ def main() -> None:
                     if mode == "nvrx" and n:
                         continue  # once: where it does not recover, each try waits out its hard timeout
                     results.setdefault((mode, fault), []).append(measure(mode, fault, Path(tmp)))
+                    got = results[(mode, fault)][-1]
+                    print(f"# {mode} {fault}: {got['seconds']} s, {got['loads']} load(s)", flush=True)
     print(f"{WORLD} gloo ranks, allreduce per step; rank {FAULT_RANK} fails at step {FAULT_STEP}; "
           f"seconds from the fault to every rank training again (median of {args.repeat}), the ratio to torchrun's, "
           "and per run the processes that loaded the state (L)")
@@ -223,7 +225,7 @@ def main() -> None:
         print("NVRx inprocess.Wrapper (0.4.1, with defusedxml and nvidia-ml-py beside it; gloo on CPU; torchrun "
               "--max-restarts 0 so that only NVRx recovers): on a raised error the failed rank's neighbours got "
               "their gloo errors and NVRx's restart began, while a rank that is no neighbour stayed blocked in its "
-              "allreduce until NVRx's hard timeout (90 s) ended the job; a SIGKILLed rank ends the job under "
+              "allreduce until NVRx's hard timeout (30 s here) ended the job; a SIGKILLed rank ends the job under "
               "torchrun (its agent stops every rank when one exits)")
 
 

@@ -112,8 +112,11 @@ def replay_counters(rounds: Sequence[RoundRecord], nproc: int) -> dict[int, tupl
     """
     counts = {rank: (1, 1) for rank in range(nproc)}
     for record in rounds:
-        if record.result in (RoundResult.REQUEUED, RoundResult.IN_PROGRESS) or record.action is Action.FAIL:
+        if record.result in (RoundResult.REQUEUED, RoundResult.IN_PROGRESS, RoundResult.INTERRUPTED) \
+                or record.action is Action.FAIL:
             continue  # it placed nothing itself: the resumed run that follows is the placement
+        if record.action is Action.RESTART_IN_PROCESS:
+            continue  # every rank went on in its own process: nothing started
         affected = range(nproc) if record.action.whole_job or not record.ranks else record.ranks
         for rank in affected:
             if rank not in counts:

@@ -1,4 +1,5 @@
-"""One list+watch of a job's pods: the adapter learns of every change as it happens, without polling.
+"""List+watch: the adapter (a job's pods) and the controller (jobs, pods) learn of every change
+as it happens, without polling.
 
 The watch starts from the list's ``resourceVersion``, asks for bookmarks and ends itself after
 ``timeout_seconds`` (then resumes from the last version seen); a 410 Gone (the version was
@@ -18,27 +19,30 @@ from trainguard.adapters.kubernetes.client import KubeApi, abort, status_of
 log = logging.getLogger(__name__)
 
 # ``kind`` is ``SYNC`` (``obj`` is the full list of items) or a watch event type.
-PodCallback = Callable[[str, Any], None]
+WatchCallback = Callable[[str, Any], None]
+PodCallback = WatchCallback
 
 
-class PodWatch:
-    """Follows the pods matching ``selector`` in ``namespace`` in a daemon thread."""
+class ListWatch:
+    """Follows one list call in a daemon thread: ``SYNC`` with the full list, then each event.
 
-    def __init__(self, kube: KubeApi, namespace: str, selector: str, callback: PodCallback, *,
-                 timeout_seconds: int = 300, job_id: str = "") -> None:
-        self.kube = kube
-        self.namespace = namespace
-        self.selector = selector
+    ``lister(**kwargs)`` makes the list call and returns the raw (unparsed) response; it is
+    called for the lists and, with ``watch=True``, for the watches.
+    """
+
+    def __init__(self, name: str, lister: Callable[..., Any], callback: WatchCallback, *,
+                 timeout_seconds: int = 300) -> None:
+        self.name = name
+        self.lister = lister
         self.callback = callback
         self.timeout_seconds = timeout_seconds
-        self.job_id = job_id
         self.synced = threading.Event()
         self.relists = 0
         self._stopped = threading.Event()
         self._response: Any = None
-        self._thread = threading.Thread(target=self._run, name=f"pod-watch-{job_id}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"watch-{name}", daemon=True)
 
-    def start(self) -> "PodWatch":
+    def start(self) -> "ListWatch":
         self._thread.start()
         return self
 
@@ -53,8 +57,7 @@ class PodWatch:
         while not self._stopped.is_set():
             try:
                 if version is None:
-                    listed = self.kube.json(self.kube.core.list_namespaced_pod, self.namespace,
-                                            label_selector=self.selector)
+                    listed = json.loads(self.lister().data)
                     version = listed["metadata"]["resourceVersion"]
                     self.relists += 1
                     self.callback("SYNC", listed.get("items") or [])
@@ -66,15 +69,13 @@ class PodWatch:
                 if status_of(exc) == 410:
                     version = None
                     continue
-                log.warning("[%s] pod watch interrupted (%s: %s); resuming", self.job_id, type(exc).__name__, exc)
+                log.warning("watch of %s interrupted (%s: %s); resuming", self.name, type(exc).__name__, exc)
                 time.sleep(1.0)
 
     def _follow(self, version: str) -> str | None:
         """Stream events from ``version``; returns where to resume, or None to re-list."""
-        response = self.kube.call(
-            self.kube.core.list_namespaced_pod, self.namespace, label_selector=self.selector, watch=True,
-            resource_version=version, timeout_seconds=self.timeout_seconds, allow_watch_bookmarks=True,
-            _preload_content=False, _request_timeout=(15, self.timeout_seconds + 30))
+        response = self.lister(watch=True, resource_version=version, timeout_seconds=self.timeout_seconds,
+                               allow_watch_bookmarks=True, _request_timeout=(15, self.timeout_seconds + 30))
         self._response = response
         try:
             for line in response:
@@ -86,7 +87,7 @@ class PodWatch:
                 kind, obj = event.get("type"), event.get("object") or {}
                 if kind == "ERROR":
                     if obj.get("code") == 410:
-                        log.info("[%s] pod watch expired (410); re-listing", self.job_id)
+                        log.info("watch of %s expired (410); re-listing", self.name)
                         return None
                     raise RuntimeError(f"watch error: {obj.get('message')}")
                 version = (obj.get("metadata") or {}).get("resourceVersion") or version
@@ -95,3 +96,15 @@ class PodWatch:
         finally:
             response.close()  # never back to the pool: unread stream data would poison it
         return version
+
+
+class PodWatch(ListWatch):
+    """The pods matching ``selector`` in ``namespace``, listed and watched through ``kube``'s retries."""
+
+    def __init__(self, kube: KubeApi, namespace: str, selector: str, callback: PodCallback, *,
+                 timeout_seconds: int = 300, job_id: str = "") -> None:
+        def lister(**kwargs: Any) -> Any:
+            return kube.call(kube.core.list_namespaced_pod, namespace, label_selector=selector,
+                             _preload_content=False, **kwargs)
+
+        super().__init__(f"pods-{job_id}", lister, callback, timeout_seconds=timeout_seconds)

@@ -255,7 +255,9 @@ def test_fatal_signals_are_classified(run_job, signame):
         assert run.status is JobStatus.FAILED and run.report["failure"]["error_code"] == "TG-SIGKILL"
 
 
-def test_warm_standbys_take_over_restarted_ranks(run_job):
+def test_warm_standbys_take_over_restarted_ranks(run_job, monkeypatch):
+    # Failures come within a second: spares need not wait for the cold first start to settle.
+    monkeypatch.setenv("TRAINGUARD_SPARE_DELAY", "0")
     plan = [{"round": 0, "rank": 1, "do": "fail", "say": NCCL},
             {"round": 1, "rank": 0, "do": "fail", "say": NCCL, "code": 3}]
     run = run_job(plan, enable_job_restart=True, warm_standby=True, preload=["json"])

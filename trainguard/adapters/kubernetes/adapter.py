@@ -208,6 +208,19 @@ class KubernetesAdapter:
             started[pod.rank] = replace(launch.instance, node=node, local_rank=0, pid=1, log_path=str(pod.log_path))
         return started
 
+    def _rank_pod(self, launch: Launch, round_no: int) -> dict[str, Any]:
+        """The pod of one rank's start: the user's template, trainguard's fields, and the
+        environment trainguard and --env set (not the launcher's own)."""
+        env = {k: v for k, v in launch.env.items() if k in self.spec.env or self.base_env.get(k) != v}
+        env[CHANNEL_VAR] = STDERR_CHANNEL
+        node = launch.instance.node
+        return manifests.pod_manifest(
+            self.template, job_id=self.job_id, namespace=self.namespace, rank=launch.instance.rank,
+            restart_round=round_no, command=launch.command, env=env, image=self.image,
+            isolated=sorted(self.isolated), pin_node=None if node.startswith(SCHEDULER) else node,
+            annotations={"trainguard.io/schedule-count": str(launch.instance.schedule_count),
+                         "trainguard.io/proc-start-count": str(launch.instance.proc_start_count)})
+
     def _create(self, launch: Launch) -> None:
         rank, round_no = launch.instance.rank, launch.restart_round
         with self._cond:
@@ -215,16 +228,8 @@ class KubernetesAdapter:
         if previous is not None:
             previous.follower.stop()
             self._delete(previous.name, grace=0)
-        # The pod gets what trainguard and --env set, not the launcher's own environment.
-        env = {k: v for k, v in launch.env.items() if k in self.spec.env or self.base_env.get(k) != v}
-        env[CHANNEL_VAR] = STDERR_CHANNEL
         node = launch.instance.node
-        pod = manifests.pod_manifest(
-            self.template, job_id=self.job_id, namespace=self.namespace, rank=rank, restart_round=round_no,
-            command=launch.command, env=env, image=self.image, isolated=sorted(self.isolated),
-            pin_node=None if node.startswith(SCHEDULER) else node,
-            annotations={"trainguard.io/schedule-count": str(launch.instance.schedule_count),
-                         "trainguard.io/proc-start-count": str(launch.instance.proc_start_count)})
+        pod = self._rank_pod(launch, round_no)
         name = pod["metadata"]["name"]
         if not node.startswith(SCHEDULER):
             self._notes.append(f"rank {rank}: no in-place restart with restartPolicy Never; new pod {name} "

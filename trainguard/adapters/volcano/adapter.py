@@ -23,10 +23,9 @@ from typing import Any, Sequence
 
 from trainguard.adapters import Exit, Launch
 from trainguard.adapters.kubernetes import manifests
-from trainguard.adapters.kubernetes.adapter import SCHEDULER, KubernetesAdapter
+from trainguard.adapters.kubernetes.adapter import KubernetesAdapter
 from trainguard.adapters.volcano import VOLCANO, VolcanoApi
 from trainguard.model import Instance
-from trainguard.sdk import CHANNEL_VAR, STDERR_CHANNEL
 
 log = logging.getLogger(__name__)
 
@@ -51,15 +50,7 @@ class VolcanoAdapter(KubernetesAdapter):
         tasks = []
         for launch in sorted(launches, key=lambda item: item.instance.rank):
             rank = launch.instance.rank
-            env = {k: v for k, v in launch.env.items() if k in self.spec.env or self.base_env.get(k) != v}
-            env[CHANNEL_VAR] = STDERR_CHANNEL
-            node = launch.instance.node
-            pod = manifests.pod_manifest(
-                self.template, job_id=self.job_id, namespace=self.namespace, rank=rank, restart_round=round_no,
-                command=launch.command, env=env, image=self.image, isolated=sorted(self.isolated),
-                pin_node=None if node.startswith(SCHEDULER) else node,
-                annotations={"trainguard.io/schedule-count": str(launch.instance.schedule_count),
-                             "trainguard.io/proc-start-count": str(launch.instance.proc_start_count)})
+            pod = self._rank_pod(launch, round_no)
             meta = pod["metadata"]
             tasks.append({"name": f"r{rank}", "replicas": 1, "template": {
                 "metadata": {"labels": meta["labels"], "annotations": meta.get("annotations") or {}},

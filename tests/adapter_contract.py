@@ -18,6 +18,7 @@ from typing import Callable
 import pytest
 
 from trainguard.adapters import Adapter, Exit, Launch
+from trainguard.adapters.processes import alive as _alive
 from trainguard.errors import AdapterError
 from trainguard.model import Instance
 from trainguard.policy import Policy
@@ -172,12 +173,3 @@ class AdapterContract:
         for instance in started.values():
             if self.processes_are_local and instance.pid:
                 assert wait_until(lambda: not _alive(instance.pid), 10), f"pid {instance.pid} survived close()"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except OSError:
-        return False
-    return stat[stat.rindex(b")") + 2:][:1] != b"Z"

@@ -18,6 +18,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 
 def _free_port() -> int:
     with socket.socket() as sock:
@@ -34,6 +36,15 @@ def available() -> str | None:
     if os.geteuid() != 0:
         return "the local Slurm cluster runs its daemons as root"
     return None
+
+
+def require_slurm() -> None:
+    """Skip the calling test where no cluster can start; under CI that is a failure instead."""
+    reason = available()
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the Slurm tests: {reason}")
+        pytest.skip(reason)
 
 
 def _tool(name: str) -> str:

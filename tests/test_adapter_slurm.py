@@ -4,14 +4,13 @@ process as the supervisor in the batch script drives them."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 
 import pytest
 
 from adapter_contract import AdapterContract
-from slurm_cluster import LocalSlurmCluster, available
+from slurm_cluster import LocalSlurmCluster, require_slurm
 from trainguard.adapters.slurm import SlurmAdapter
 from trainguard.model import JobSpec
 
@@ -21,11 +20,7 @@ pytestmark = pytest.mark.slurm
 @pytest.fixture(scope="module")
 def allocation(tmp_path_factory):
     """A 3-node allocation held by a sleeping batch job: ``(cluster, slurm job id)``."""
-    reason = available()
-    if reason:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the Slurm tests: {reason}")
-        pytest.skip(reason)
+    require_slurm()
     cluster = LocalSlurmCluster(nodes=3).start()
     try:
         script = tmp_path_factory.mktemp("alloc") / "hold.sh"

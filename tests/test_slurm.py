@@ -14,7 +14,7 @@ import time
 import pytest
 
 from conftest import RANK_SCRIPT, REPO
-from slurm_cluster import LocalSlurmCluster, available
+from slurm_cluster import LocalSlurmCluster, require_slurm
 from trainguard.store import RunStore
 
 pytestmark = pytest.mark.slurm
@@ -25,11 +25,7 @@ ECC = "RuntimeError: CUDA error: uncorrectable ECC error encountered"
 
 @pytest.fixture(scope="module")
 def cluster():
-    reason = available()
-    if reason:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the Slurm tests: {reason}")
-        pytest.skip(reason)
+    require_slurm()
     cluster = LocalSlurmCluster(nodes=3).start()
     try:
         yield cluster
@@ -326,11 +322,7 @@ def test_a_cancelled_allocation_is_recorded_as_the_jobs_failure(cluster, tmp_pat
 def own_cluster():
     """A 2-node cluster of the test's own: after a controller outage, Slurm takes a minute to
     clean up the steps whose srun was stopped meanwhile, and the next job would wait for that."""
-    reason = available()
-    if reason:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the Slurm tests: {reason}")
-        pytest.skip(reason)
+    require_slurm()
     own = LocalSlurmCluster(nodes=2).start()
     try:
         yield own

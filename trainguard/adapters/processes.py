@@ -95,7 +95,7 @@ def sweep(value: str, grace: float, prefix: bool = False) -> int:
     alive = pids
     while alive and time.monotonic() < deadline:
         time.sleep(0.02)
-        alive = [pid for pid in alive if _alive(pid)]
+        alive = [pid for pid in alive if alive(pid)]
     for pid in alive:
         _kill(pid, signal.SIGKILL)
     if pids:
@@ -110,7 +110,8 @@ def _kill(pid: int, sig: int) -> None:
         pass
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (not gone, not a zombie)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
             stat = handle.read()

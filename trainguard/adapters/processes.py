@@ -92,11 +92,11 @@ def sweep(value: str, grace: float, prefix: bool = False) -> int:
     for pid in pids:
         _kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
-    alive = pids
-    while alive and time.monotonic() < deadline:
+    left = pids
+    while left and time.monotonic() < deadline:
         time.sleep(0.02)
-        alive = [pid for pid in alive if alive(pid)]
-    for pid in alive:
+        left = [pid for pid in left if alive(pid)]
+    for pid in left:
         _kill(pid, signal.SIGKILL)
     if pids:
         log.info("stopped %d process(es) that left their rank's process group (tag %s)", len(pids), value)

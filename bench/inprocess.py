@@ -1,7 +1,10 @@
 """In-process recovery against restarting processes: time from a fault to every rank training again.
 
-4 gloo ranks do an allreduce per step; at step 10 rank 2 either raises a retryable error or is
-SIGKILLed. Measured side by side in one run, on the same workload:
+4 gloo ranks do an allreduce per step; at the first step after ``--fault-after`` seconds (4 s)
+rank 2 either raises a retryable error or is SIGKILLed: a fault in steady state, when a long job's
+warm spare is up (trainguard starts spares ``TRAINGUARD_SPARE_DELAY`` seconds after the ranks, 8 s
+by default, so that they do not slow the ranks' own start; the bench sets 1 s to keep runs short).
+Measured side by side in one run, on the same workload:
 
 - ``trainguard in-process``: the worker under ``@inprocess.restartable()`` (restart_in_process /
   recover_in_process);
@@ -34,8 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 WORLD = 4
 FAULT_RANK = 2
-FAULT_STEP = 10
-STEPS = 30
+STEPS_AFTER_FAULT = 20
 
 
 # -- the worker ----------------------------------------------------------------------------------
@@ -50,6 +52,8 @@ def worker(mode: str, fault: str) -> None:
     import torch.distributed as dist
 
     rank = int(os.environ["RANK"])
+    fault_after = float(os.environ["BENCH_FAULT_AFTER"])
+    started = time.monotonic()
     life = int(os.environ.get("TRAINGUARD_RESTART_ROUND") or os.environ.get("TORCHELASTIC_RESTART_COUNT") or 0)
     _append(kind="load", rank=rank, pid=os.getpid())
 
@@ -61,16 +65,22 @@ def worker(mode: str, fault: str) -> None:
         else:
             dist.init_process_group("gloo", store=store, rank=me, world_size=world)
         back = iteration > 0 or life > 0
-        for step in range(STEPS):
-            dist.all_reduce(torch.ones(1024))
+        done = 0
+        while done < STEPS_AFTER_FAULT:
+            # The flag rides the step's allreduce (MAX), so every rank agrees on the step that faults.
+            late = back or time.monotonic() - started >= fault_after
+            flags = torch.full((1024,), float(late))
+            dist.all_reduce(flags, op=dist.ReduceOp.MAX)
             if back:
                 _append(kind="back", rank=me, t=time.time())
                 back = False
-            if life == 0 and iteration == 0 and me == FAULT_RANK and step == FAULT_STEP:
-                _append(kind="fault", t=time.time())
-                if fault == "raise":
-                    raise RuntimeError("bench glitch: retry me")
-                os.kill(os.getpid(), signal.SIGKILL)
+            if flags[0].item():
+                if life == 0 and iteration == 0 and me == FAULT_RANK:
+                    _append(kind="fault", t=time.time())
+                    if fault == "raise":
+                        raise RuntimeError("bench glitch: retry me")
+                    os.kill(os.getpid(), signal.SIGKILL)
+                done += 1
             time.sleep(0.02)
         dist.barrier()
         dist.destroy_process_group()
@@ -113,9 +123,10 @@ def _nvrx_worker(train: object) -> None:
 
 # -- the driver ----------------------------------------------------------------------------------
 
-def _command(mode: str, fault: str, state: Path) -> tuple[list[str], dict[str, str]]:
+def _command(mode: str, fault: str, state: Path, fault_after: float) -> tuple[list[str], dict[str, str]]:
     me = [sys.executable, str(Path(__file__).resolve()), "worker", mode, fault]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH")))),
+           "BENCH_FAULT_AFTER": str(fault_after), "TRAINGUARD_SPARE_DELAY": "1"}
     if mode in ("torchrun", "nvrx"):
         # NVRx alone: torchrun restarting the job after NVRx gave up would be torchrun's time.
         env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
@@ -128,9 +139,9 @@ def _command(mode: str, fault: str, state: Path) -> tuple[list[str], dict[str, s
             "--state-dir", str(state), *policy, "--", *me], env
 
 
-def measure(mode: str, fault: str, workdir: Path) -> dict[str, object]:
+def measure(mode: str, fault: str, workdir: Path, fault_after: float) -> dict[str, object]:
     out = workdir / f"{mode}-{fault}-{time.monotonic_ns()}.jsonl"
-    argv, env = _command(mode, fault, workdir / f"state-{time.monotonic_ns()}")
+    argv, env = _command(mode, fault, workdir / f"state-{time.monotonic_ns()}", fault_after)
     env["BENCH_OUT"] = str(out)
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     try:
@@ -181,6 +192,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--modes", default="trainguard-inprocess,trainguard-restart,torchrun")
+    parser.add_argument("--fault-after", type=float, default=4.0,
+                        help="seconds into the job when the fault comes (the first step after them)")
     args = parser.parse_args()
     modes = args.modes.split(",")
     skipped = {"NVRx inprocess.Wrapper": nvrx_available(), "TorchFT": torchft_available()}
@@ -193,10 +206,10 @@ def main() -> None:
                 for mode in modes:  # interleaved: load on a shared host hits every mode alike
                     if mode == "nvrx" and n:
                         continue  # once: where it does not recover, each try waits out its hard timeout
-                    results.setdefault((mode, fault), []).append(measure(mode, fault, Path(tmp)))
+                    results.setdefault((mode, fault), []).append(measure(mode, fault, Path(tmp), args.fault_after))
                     got = results[(mode, fault)][-1]
                     print(f"# {mode} {fault}: {got['seconds']} s, {got['loads']} load(s)", flush=True)
-    print(f"{WORLD} gloo ranks, allreduce per step; rank {FAULT_RANK} fails at step {FAULT_STEP}; "
+    print(f"{WORLD} gloo ranks, allreduce per step; rank {FAULT_RANK} fails {args.fault_after:g} s in; "
           f"seconds from the fault to every rank training again (median of {args.repeat}), the ratio to torchrun's, "
           "and per run the processes that loaded the state (L)")
     print(f"{'':24}{'raised error':>28}{'SIGKILLed rank':>28}")

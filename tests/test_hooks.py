@@ -54,6 +54,27 @@ def test_every_hookspec_is_declared_once_with_the_project_prefix():
     assert sorted(name for name in dir(host.pm.hook) if name.startswith("trainguard_")) == sorted(HOOKS)
 
 
+def test_the_catalog_is_handed_over_once_validated_before_any_fault():
+    """trainguard_catalog_ready gets the catalog the classifiers will get, once; the built-in
+    log classifier compiles it then, not during the first fault's round."""
+    from trainguard.plugins import log_classifier
+
+    seen: list[tuple[object, ...]] = []
+
+    class Preparing:
+        @hookimpl
+        def trainguard_catalog_ready(self, patterns):
+            seen.append(patterns)
+
+    host = PluginHost(load_entry_points=False, plugins={"preparing": Preparing()})
+    log_classifier._catalogs.clear()
+    patterns = host.patterns()
+    assert seen == [patterns] and patterns
+    assert patterns in log_classifier._catalogs, "compiled before the first classification"
+    host.classify(fault(), "NCCL WARN Call to connect returned Connection refused", Policy())
+    assert seen == [patterns]
+
+
 def test_builtins_are_ordinary_plugins(monkeypatch):
     monkeypatch.delenv("TRAINGUARD_DISABLE_PLUGINS", raising=False)
     host = PluginHost(load_entry_points=False)

@@ -272,6 +272,7 @@ class PluginHost:
                         raise PluginError(f"log pattern {pattern.id!r} ({pattern.source}): {exc}") from None
                     seen[pattern.id] = pattern
             self._patterns = tuple(seen.values())
+            self._call("trainguard_catalog_ready", anything, patterns=self._patterns)
         return self._patterns
 
     def classify(self, fault: Fault, log_tail: str, policy: Policy) -> Verdict:

@@ -76,6 +76,9 @@ INTERRUPT_SIGNAL = signal.SIGUSR2
 FOLLOW_ON = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "Interrupted",
              "ProcessGroup", "Socket Timeout", "Connection refused")
 _TRACEBACK_LINES = 40
+# How long ending an iteration waits for its monitor thread; a store call returns in
+# milliseconds, or fails when the store is gone.
+_STOP_GRACE = 10.0
 
 
 @dataclass(frozen=True)
@@ -115,7 +118,7 @@ class GaveUp(RuntimeError):
 
 
 def restartable(*, max_iterations: int = 3, retry_on: tuple[type[BaseException], ...] = (Exception,),
-                poll_interval: float = 0.02, barrier_timeout: float = 60.0
+                poll_interval: float = 0.02, barrier_timeout: float = 60.0, freeze_gc: bool = True
                 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Make ``fn(attempt, *args, **kwargs)`` restartable in process; call it as ``fn(*args, **kwargs)``.
 
@@ -124,12 +127,17 @@ def restartable(*, max_iterations: int = 3, retry_on: tuple[type[BaseException],
     :param retry_on: without trainguard, which exceptions are restarted (others end the job).
     :param poll_interval: how often the monitor thread looks for an abort of the iteration.
     :param barrier_timeout: without trainguard, how long ranks wait for each other to re-enter.
+    :param freeze_gc: ``gc.freeze()`` what exists when the wrapper starts (objects that are garbage
+        by then are collected first), so that the full collection that ending an iteration needs
+        (a cycle an iteration made may hold the process group) scans only what iterations made.
+        Frozen objects are never collected; pass False if the process later drops large cyclic
+        structures it built before calling the wrapped function.
     """
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            return _Runner(fn, max_iterations, retry_on, poll_interval, barrier_timeout).run(args, kwargs)
+            return _Runner(fn, max_iterations, retry_on, poll_interval, barrier_timeout, freeze_gc).run(args, kwargs)
 
         return wrapper
 
@@ -138,8 +146,9 @@ def restartable(*, max_iterations: int = 3, retry_on: tuple[type[BaseException],
 
 class _Runner:
     def __init__(self, fn: Callable[..., Any], max_iterations: int, retry_on: tuple[type[BaseException], ...],
-                 poll_interval: float, barrier_timeout: float) -> None:
+                 poll_interval: float, barrier_timeout: float, freeze_gc: bool = True) -> None:
         self.fn = fn
+        self.freeze_gc = freeze_gc
         self.max_iterations = max_iterations
         self.retry_on = retry_on
         self.poll = poll_interval
@@ -162,6 +171,12 @@ class _Runner:
         self.base = self._connect(iteration)
         if not self.enabled:
             return self.fn(Attempt(iteration, self.rank, self.world_size, self._prefixed(iteration)), *args, **kwargs)
+        if self.freeze_gc:
+            # What exists before the first iteration (the imports, the process's own state) is
+            # moved out of the collector's sight: a full collection at each teardown then scans
+            # only what iterations made — well under 1 ms instead of ~30 ms with torch imported.
+            gc.collect()
+            gc.freeze()
         previous = self._install_handler()
         fault: Fault | None = None
         timeout = self.barrier_timeout
@@ -325,6 +340,8 @@ class _Runner:
         dist = sys.modules.get("torch.distributed")
         if dist is not None and dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
+        # A full collection: what holds the group may be any cycle an iteration made (a DDP
+        # module and its hooks), old enough to sit in the oldest generation.
         gc.collect()
 
 
@@ -352,7 +369,13 @@ class _Monitor(threading.Thread):
             return
 
     def stop(self) -> None:
+        """Stop polling and wait for the thread to leave the store call it may be in: a daemon
+        thread still inside a C++ call (``Store.check`` releases the GIL) when the interpreter
+        finalizes is unwound by ``pthread_exit`` through a ``noexcept`` frame — SIGABRT,
+        "terminate called without an active exception" — after the job's work is done."""
         self.stopped.set()
+        if self.is_alive() and self is not threading.current_thread():
+            self.join(timeout=_STOP_GRACE)
 
 
 def _read_address(path: str) -> str:

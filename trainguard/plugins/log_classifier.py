@@ -329,6 +329,11 @@ def died_failing(fault: Fault) -> bool:
 
 
 @hookimpl
+def trainguard_catalog_ready(patterns: tuple[LogPattern, ...]) -> None:
+    catalog_for(patterns)
+
+
+@hookimpl
 def trainguard_classify_fault(fault: Fault, log_tail: str, policy: Policy,
                               patterns: tuple[LogPattern, ...]) -> Verdict | None:
     if fault.source in (ErrorSource.HANG, ErrorSource.EXIT_HANG):

@@ -1,14 +1,14 @@
 """Classifier quality on the repository's corpus, and classification time.
 
 Reads only ``tests/data/faultlogs/``: ``dev.jsonl`` and every ``tune*.jsonl`` (what the catalog
-was tuned on: ``tune.jsonl`` from the split, ``tune2.jsonl`` collected later from other threads)
-and ``holdout.jsonl`` (never tuned on, only scored). For each set it prints the
+was tuned on: ``tune.jsonl`` and ``tune3.jsonl`` from the splits, ``tune2.jsonl`` collected later
+from other threads) and every ``holdout*.jsonl`` (never tuned on, only scored). For each set it prints the
 category and retryable accuracy, node-fault accuracy, how many user_code excerpts were marked
 retryable, per-category precision and recall, and the confusion matrix; then the time to
 classify a 1 GB log file (only its tail is read, so it costs what a small one does).
 
     python bench/classify.py [--big-log-gb 1] [--misses]
-    python bench/classify.py --split     # once: collected_*.jsonl -> tune.jsonl + holdout.jsonl
+    python bench/classify.py --split     # once per batch: collected_*.jsonl -> tune*.jsonl + holdout*.jsonl
 
 ``--misses`` lists the excerpts of the tuning sets that were classified wrongly (never those
 of the holdout set, whose texts are not for writing patterns).
@@ -72,38 +72,54 @@ def goes_to_holdout(row: dict[str, Any]) -> bool:
     return hashlib.sha256(f"{row['source']}\n{row['text']}".encode()).digest()[0] % 2 == 1
 
 
+# Each split, made once: the collected files it took, its tuning part and its untouched part.
+SPLITS = ((("collected_a.jsonl", "collected_b.jsonl"), "tune.jsonl", "holdout.jsonl"),
+          (("collected_c.jsonl", "collected_d.jsonl"), "tune3.jsonl", "holdout2.jsonl"))
+
+
 def split() -> None:
-    """Validate the collected excerpts and split them once into tune.jsonl and holdout.jsonl."""
-    tune_path, holdout_path = DATA / "tune.jsonl", DATA / "holdout.jsonl"
-    if tune_path.exists() or holdout_path.exists():
-        raise SystemExit("the corpus is split already: tune.jsonl / holdout.jsonl exist")
-    seen = {row["text"].strip() for row in load("dev.jsonl")}
-    parts: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
-    dropped = []
-    for path in sorted(DATA.glob("collected_*.jsonl")):
-        for number, line in enumerate(path.read_text().splitlines(), 1):
-            if not line.strip():
-                continue
-            where = f"{path.name}:{number}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                dropped.append(f"{where}: not JSON ({exc})")
-                continue
-            problems = validate(row, where)
-            if not problems and row["text"].strip() in seen:
-                problems = [f"{where}: the same text is in the corpus already"]
-            if problems:
-                dropped.extend(problems)
-                continue
-            seen.add(row["text"].strip())
-            row = {**row, "id": f"{path.stem.removeprefix('collected_')}-{row['id']}"}
-            parts[goes_to_holdout(row)].append(row)
-    for path, rows in ((tune_path, parts[False]), (holdout_path, parts[True])):
-        path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
-    print(f"tune: {len(parts[False])} excerpts, holdout: {len(parts[True])} excerpts, dropped: {len(dropped)}")
-    for problem in dropped:
-        print(f"  dropped {problem}")
+    """Validate the collected excerpts and split each batch once into its tuning and holdout
+    files; a batch whose files exist is never split again."""
+    seen = {row["text"].strip() for path in sorted(DATA.glob("*.jsonl")) if not path.stem.startswith("collected_")
+            for row in load(path.name)}
+    for sources, tune_name, holdout_name in SPLITS:
+        tune_path, holdout_path = DATA / tune_name, DATA / holdout_name
+        if tune_path.exists() or holdout_path.exists():
+            print(f"{', '.join(sources)}: split already ({tune_name}, {holdout_name})")
+            continue
+        parts: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
+        dropped = []
+        for name in sources:
+            path = DATA / name
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                if not line.strip():
+                    continue
+                where = f"{path.name}:{number}"
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    dropped.append(f"{where}: not JSON ({exc})")
+                    continue
+                problems = validate(row, where)
+                if not problems and row["text"].strip() in seen:
+                    problems = [f"{where}: the same text is in the corpus already"]
+                if problems:
+                    dropped.extend(problems)
+                    continue
+                seen.add(row["text"].strip())
+                row = {**row, "id": _split_id(path.stem.removeprefix("collected_"), str(row["id"]))}
+                parts[goes_to_holdout(row)].append(row)
+        for path, rows in ((tune_path, parts[False]), (holdout_path, parts[True])):
+            path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+        print(f"{', '.join(sources)} -> {tune_name}: {len(parts[False])} excerpts, {holdout_name}: "
+              f"{len(parts[True])} excerpts, dropped: {len(dropped)}")
+        for problem in dropped:
+            print(f"  dropped {problem}")
+
+
+def _split_id(batch: str, row_id: str) -> str:
+    """``a-1004`` for id 1004 of collected_a; ids already prefixed by their batch stay as they are."""
+    return row_id if row_id.startswith(f"{batch}-") else f"{batch}-{row_id}"
 
 
 def classify_all(host: PluginHost, policy: Policy, rows: list[dict[str, Any]]) -> list[Verdict]:
@@ -198,16 +214,21 @@ def main() -> None:
           f"{(time.perf_counter() - started) * 1000:.1f} ms")
     tuning = {"dev": load("dev.jsonl")}
     tuning.update({path.stem: load(path.name) for path in sorted(DATA.glob("tune*.jsonl"))})
-    holdout = load("holdout.jsonl")
+    holdouts = {path.stem: load(path.name) for path in sorted(DATA.glob("holdout*.jsonl"))}
     started = time.perf_counter()
-    verdicts = {name: classify_all(host, policy, rows) for name, rows in (*tuning.items(), ("holdout", holdout))}
+    verdicts = {name: classify_all(host, policy, rows) for name, rows in (*tuning.items(), *holdouts.items())}
     elapsed = time.perf_counter() - started
     for name, rows in tuning.items():
         report(f"{name} (tuned on)", rows, verdicts[name], args.misses)
     report(" + ".join(tuning) + " (tuned on)", [row for rows in tuning.values() for row in rows],
            [v for name in tuning for v in verdicts[name]], False)
-    report("holdout (never tuned on; goals: category >= 0.90, retryable >= 0.90, user_code retryable 0)",
-           holdout, verdicts["holdout"], False)
+    goals = "goals: category >= 0.90, retryable >= 0.90, user_code retryable 0"
+    for name, rows in holdouts.items():
+        report(f"{name} (never tuned on; {goals})", rows, verdicts[name], False)
+    if len(holdouts) > 1:
+        report(" + ".join(holdouts) + f" (never tuned on; {goals})", [row for rows in holdouts.values() for row in rows],
+               [v for name in holdouts for v in verdicts[name]], False)
+    holdout = [row for rows in holdouts.values() for row in rows]
     total = sum(len(rows) for rows in tuning.values()) + len(holdout)
     print(f"{total} excerpts classified in {elapsed * 1000:.1f} ms ({elapsed / max(total, 1) * 1e6:.0f} us each)")
     big_log(host, policy, args.big_log_gb)

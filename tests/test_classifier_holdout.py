@@ -1,9 +1,10 @@
-"""Floors on the part of the corpus the catalog was never tuned on (tests/data/faultlogs/holdout.jsonl).
+"""Floors on the part of the corpus the catalog was never tuned on (tests/data/faultlogs/holdout*.jsonl).
 
-The collected excerpts were split once by a hash of their source and text (see the README
-there); ``tune.jsonl`` is tuning data like ``dev.jsonl``, ``holdout.jsonl`` is only scored.
-``tune2.jsonl`` was collected later, from threads none of the other files quotes, and is
-tuning data too.
+Each batch of collected excerpts was split once by a hash of its source and text (see the
+README there): ``tune.jsonl`` / ``holdout.jsonl`` from the first, ``tune3.jsonl`` /
+``holdout2.jsonl`` from the second; the ``tune*`` files are tuning data like ``dev.jsonl``, the
+``holdout*`` files are only scored. ``tune2.jsonl`` was collected between the two, from threads
+none of the other files quotes, and is tuning data too.
 The floors are what the catalog honestly reaches on the holdout part, not the goals: the goals
 (category >= 0.90, retryable >= 0.90) are printed by ``bench/classify.py`` next to the scores.
 Many retryable labels there follow the thread's later resolution (a configuration bug found
@@ -28,8 +29,9 @@ LABELS = {"nccl_timeout", "nccl_error", "cuda_oom", "host_oom", "gpu_hardware", 
           "hang_or_stuck", "segfault_or_signal", "success_or_benign"}
 HOST = PluginHost(load_entry_points=False)
 
-CATEGORY_FLOOR = 0.82
-RETRYABLE_FLOOR = 0.68
+# Over holdout.jsonl + holdout2.jsonl.
+CATEGORY_FLOOR = 0.77
+RETRYABLE_FLOOR = 0.69
 
 
 def rows(name: str) -> list[dict]:
@@ -40,7 +42,16 @@ def classify(text: str):
     return HOST.classify(Fault(ErrorSource.LOG, time.time()), text[-65536:], Policy())
 
 
-@pytest.mark.parametrize("name", ["dev.jsonl", "tune.jsonl", "tune2.jsonl", "holdout.jsonl"])
+FILES = sorted(path.name for path in DATA.glob("*.jsonl") if not path.name.startswith("collected_"))
+SPLITS = (("tune.jsonl", "holdout.jsonl"), ("tune3.jsonl", "holdout2.jsonl"))
+HOLDOUTS = [name for name in FILES if name.startswith("holdout")]
+
+
+def test_every_corpus_file_is_accounted_for():
+    assert FILES == ["dev.jsonl", "holdout.jsonl", "holdout2.jsonl", "tune.jsonl", "tune2.jsonl", "tune3.jsonl"]
+
+
+@pytest.mark.parametrize("name", FILES)
 def test_corpus_lines_follow_the_schema(name):
     ids = set()
     for row in rows(name):
@@ -52,34 +63,38 @@ def test_corpus_lines_follow_the_schema(name):
         ids.add(row["id"])
 
 
-def test_the_split_is_the_documented_one():
-    def holdout(row):
+@pytest.mark.parametrize("tune,holdout", SPLITS)
+def test_the_split_is_the_documented_one(tune, holdout):
+    def goes_to_holdout(row):
         return hashlib.sha256(f"{row['source']}\n{row['text']}".encode()).digest()[0] % 2 == 1
 
-    assert all(holdout(row) for row in rows("holdout.jsonl"))
-    assert not any(holdout(row) for row in rows("tune.jsonl"))
-    tuned = {row["text"].strip() for row in rows("dev.jsonl") + rows("tune.jsonl")}
-    assert not any(row["text"].strip() in tuned for row in rows("holdout.jsonl"))
+    assert all(goes_to_holdout(row) for row in rows(holdout))
+    assert not any(goes_to_holdout(row) for row in rows(tune))
+    others = {row["text"].strip() for name in FILES if name != holdout for row in rows(name)}
+    assert not any(row["text"].strip() in others for row in rows(holdout))
 
 
-def test_later_tuning_excerpts_come_from_threads_the_split_does_not_quote():
-    quoted = {row["source"].rstrip("/") for name in ("dev.jsonl", "tune.jsonl", "holdout.jsonl") for row in rows(name)}
-    assert not any(row["source"].rstrip("/") in quoted for row in rows("tune2.jsonl"))
+def test_later_excerpts_come_from_threads_no_earlier_file_quotes():
+    earlier: set[str] = set()
+    for batch in (("dev.jsonl", "tune.jsonl", "holdout.jsonl"), ("tune2.jsonl",), ("tune3.jsonl", "holdout2.jsonl")):
+        sources = [row["source"].rstrip("/") for name in batch for row in rows(name)]
+        assert not earlier & set(sources), f"{batch} quotes threads an earlier batch quotes"
+        earlier |= set(sources)
 
 
 def test_holdout_floors():
-    holdout = rows("holdout.jsonl")
+    holdout = [row for name in HOLDOUTS for row in rows(name)]
     verdicts = [(row, classify(row["text"])) for row in holdout]
     n = len(verdicts)
     category = sum(v.category.value == r["label"] for r, v in verdicts) / n
     retryable = sum(v.retryable == r["retryable"] for r, v in verdicts) / n
-    assert n >= 50
-    assert category >= CATEGORY_FLOOR, f"holdout category accuracy {category:.3f}"
-    assert retryable >= RETRYABLE_FLOOR, f"holdout retryable accuracy {retryable:.3f}"
+    assert n >= 150
+    assert category >= CATEGORY_FLOOR, f"untouched category accuracy {category:.3f}"
+    assert retryable >= RETRYABLE_FLOOR, f"untouched retryable accuracy {retryable:.3f}"
 
 
 def test_no_user_code_fault_is_marked_retryable():
-    for row in rows("holdout.jsonl") + rows("tune.jsonl") + rows("tune2.jsonl") + rows("dev.jsonl"):
+    for row in (row for name in FILES for row in rows(name)):
         if row["label"] == "user_code":
             verdict = classify(row["text"])
             assert not verdict.retryable, (row["id"], verdict.classifier)

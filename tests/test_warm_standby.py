@@ -83,15 +83,7 @@ def log_of(state: Path, rnd: int, rank: int) -> str:
     return (state / "jobs" / "warm-job" / "logs" / f"round-{rnd}" / f"rank-{rank}.log").read_text()
 
 
-# Known bug, open: under ``python -u`` the import-time output of a module preloaded in the spare
-# is sometimes missing from the rank's log (2 of about 6 runs, also on an idle machine); the
-# environment, argv, cwd, sys.path and the rank's own output always match.
-_UNBUFFERED_OUTPUT_RACE = pytest.mark.xfail(strict=False, reason="python -u: a preloaded module's import-time "
-                                            "output is sometimes lost at the hand-over (open bug)")
-
-
-@pytest.mark.parametrize("flags, env", [((), {}), pytest.param(("-u",), {}, marks=_UNBUFFERED_OUTPUT_RACE),
-                                        ((), {"PYTHONUNBUFFERED": ""})],
+@pytest.mark.parametrize("flags, env", [((), {}), (("-u",), {}), ((), {"PYTHONUNBUFFERED": ""})],
                          ids=["PYTHONUNBUFFERED=1", "python -u", "buffered"])
 def test_cold_and_warm_ranks_see_the_same_start(tmp_path, flags, env):
     cold_status, cold, cold_state = run_warm_job(tmp_path / "cold", warm="false", command_flags=flags, env=env)
@@ -116,6 +108,31 @@ def test_cold_and_warm_ranks_see_the_same_start(tmp_path, flags, env):
     # Same output, in the same order (which shows the buffering), import-time output included.
     assert log_of(warm_state, 1, 1) == log_of(cold_state, 1, 1)
     assert "warm_site_mod imported, LOCAL_RANK 1" in log_of(warm_state, 1, 1)
+
+
+def test_every_spare_has_files_of_its_own(tmp_path):
+    """The spare that just became a rank copies its import-time output from its own file while
+    the next spare of the same rank is being started: a file they shared would be truncated
+    under it (the import-time output then missing from the log under ``python -u``)."""
+    from trainguard.adapters.standby_pool import StandbyPool
+
+    pids: list[int] = []
+    pool = StandbyPool(job_id="job", mode="true", preload=(), log_dir=tmp_path, register=pids.append,
+                       unregister=lambda pid: None, kill=lambda pid: os.killpg(pid, 9),
+                       per_start_env=lambda rank, rnd: {}, spare_tag=("TRAINGUARD_PROCESS_TAG", "t:x"))
+    command = (sys.executable, str(WARM_RANK))
+    launch = Launch(Instance(rank=1, node="node-0", local_rank=1), command, dict(os.environ), str(tmp_path), 0)
+    entry = python_entry(command)
+    assert entry is not None
+    first = pool._spawn(1, launch, entry, launch.env)
+    second = pool._spawn(1, launch, entry, launch.env)
+    try:
+        assert first.out != second.out and first.status != second.status
+        assert {first.out.parent, second.out.parent} == {tmp_path / "standby"}
+    finally:
+        pool._end(first)
+        pool._end(second)
+    assert not list((tmp_path / "standby").iterdir())
 
 
 def test_a_module_that_starts_a_thread_is_dropped_and_said(tmp_path, caplog):

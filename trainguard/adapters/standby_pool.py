@@ -277,8 +277,10 @@ class StandbyPool:
 
     def _spawn(self, rank: int, launch: Launch, entry: PythonEntry, env: Mapping[str, str]) -> Spare:
         self._serial += 1
-        stem = self.dir / f"rank-{rank}.spare-{self._serial}"
-        status, out = stem.with_suffix(".status"), stem.with_suffix(".out")
+        # One pair of files per spare: the spare that just became the rank may not have copied
+        # its import-time output yet when the next one for the same rank is spawned.
+        stem = f"rank-{rank}.spare-{self._serial}"
+        status, out = self.dir / f"{stem}.status", self.dir / f"{stem}.out"
         with open(out, "wb") as output:
             popen = subprocess.Popen(
                 [entry.interpreter, *entry.flags, str(_STANDBY)], env=dict(env), cwd=launch.cwd,

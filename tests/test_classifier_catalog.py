@@ -313,6 +313,253 @@ KNOWLEDGE = [
 ]
 
 
+# Widened vocabularies (issue 13 item 2), family by family, in the words of the source that
+# prints them: (line, category, retryable, node fault, fault code).
+WIDENED = [
+    # PyTorch ProcessGroupNCCL: watchdog, flight recorder and desync report (ProcessGroupNCCL.cpp,
+    # TraceUtils.h), and c10d's monitored barrier (ProcessGroupGloo.cpp)
+    ("[rank0]:[E1001 10:00:00.1 ProcessGroupNCCL.cpp:1858] [PG ID 0 PG GUID 0(default_pg) Rank 0] Received a "
+     "dump signal due to a collective timeout from  rank 3 and we will try our best to dump the debug info.",
+     "nccl_timeout", True, False, "TG-NCCL-TIMEOUT"),
+    ("[PG ID 0 PG GUID 0 Rank 2] Work timeout is detected by watchdog at work: 17, last enqueued NCCL work: 17, "
+     "last completed NCCL work: 16.", "nccl_timeout", True, False, "TG-NCCL-TIMEOUT"),
+    ("[rank1]:[E1001 ProcessGroupNCCL.cpp:1794] [PG ID 0 PG GUID 0(default_pg) Rank 1] Observed flight recorder "
+     "dump signal from another rank via TCPStore.", "nccl_timeout", True, False, "TG-NCCL-TIMEOUT"),
+    ("[PG ID 0 PG GUID 0 Rank 2] NCCL error is detected by watchdog at work: 17, last enqueued NCCL work: 17, "
+     "last completed NCCL work: 16.", "nccl_error", True, False, "TG-NCCL-ERROR"),
+    ("RuntimeError: [Rank 0]: Rank 1 failed to pass monitoredBarrier in 30000 ms", "hang_or_stuck", True, False,
+     "TG-STALL"),
+    # RDMA verbs providers and MPI transports
+    ("mlx5: node3: got completion with error:\n00000000 00000000 00000000 00000000", "nccl_error", True, False,
+     "TG-COMM-ERROR"),
+    ("The InfiniBand retry count between two MPI processes has been exceeded.", "nccl_error", True, False,
+     "TG-COMM-ERROR"),
+    # CUDA runtime error names (cudaError_t): the node's driver vs the program's build
+    ("RuntimeError: CUDA error: system has unsupported display driver / cuda driver combination", "gpu_hardware",
+     True, True, "TG-GPU-DRIVER"),
+    ("RuntimeError: CUDA error: the provided PTX was compiled with an unsupported toolchain.", "user_code", False,
+     False, "TG-CUDA-USAGE"),
+    ("NVRM: GPU 0000:3b:00.0: RmInitAdapter failed! (0x26:0x65:1457)", "gpu_hardware", True, True, "TG-GPU-LOST"),
+    # Xid catalog: contained/uncontained ECC and GSP timeouts are hardware; 43 is the application's
+    ("NVRM: Xid (PCI:0000:3b:00): 94, pid=1234, name=python, Contained: SM (0x1). RST: No, D-RST: No",
+     "gpu_hardware", True, True, "TG-GPU-XID"),
+    ("NVRM: Xid (PCI:0000:3b:00): 119, pid=1, Timeout after 6s of waiting for RPC response from GPU0 GSP!",
+     "gpu_hardware", True, True, "TG-GPU-XID"),
+    ("NVRM: Xid (PCI:0000:3b:00): 43, pid=1234, name=python, Ch 00000010", "user_code", False, False,
+     "TG-GPU-XID-APP"),
+    # nvidia-smi -q: row remapping failed
+    ("Remapped Rows\n        Uncorrectable Error               : 1\n        Pending                           : Yes\n"
+     "        Remapping Failure Occurred        : Yes", "gpu_hardware", True, True, "TG-GPU-ECC"),
+    # the OOM killer's user-space relatives; shells of other kinds and locales
+    ("systemd-oomd[812]: Killed /user.slice/user-1000.slice/session-3.scope due to memory pressure for "
+     "/user.slice being 92.1% > 80.0% for > 20s with reclaim activity", "host_oom", False, False, "TG-HOST-OOM"),
+    ("earlyoom: low memory! at or below SIGKILL limits: mem 2.00%, swap 5.00%", "host_oom", False, False,
+     "TG-HOST-OOM"),
+    ("zsh: killed     python train.py", "host_oom", False, False, "TG-SIGKILL"),
+    ("fish: Job 1, 'python train.py' terminated by signal SIGKILL (Forced quit)", "host_oom", False, False,
+     "TG-SIGKILL"),
+    ("train.sh: riga 12: 31337 Ucciso                  python train.py", "host_oom", False, False, "TG-SIGKILL"),
+    ("train.sh: linha 12: 31337 Morto                   python train.py", "host_oom", False, False, "TG-SIGKILL"),
+    ("[1]+  Dödad                   python train.py", "host_oom", False, False, "TG-SIGKILL"),
+    ("train.sh: 列 12: 31337 強制結束                python train.py", "host_oom", False, False, "TG-SIGKILL"),
+    ("run.sh: linha 3: 4242 Falha de segmentação (imagem do núcleo gravada) python train.py",
+     "segfault_or_signal", False, False, "TG-SIGSEGV-LIB"),
+    ("slurmstepd: error: Detected 1 oom_kill event in StepId=1234.0. Some of the step tasks have been OOM Killed.",
+     "host_oom", True, False, "TG-HOST-OOM-CGROUP"),
+    ("TERM_SWAP: job killed after reaching process swap limit.", "host_oom", True, False, "TG-HOST-OOM-CGROUP"),
+    ("OSError: [WinError 1455] The paging file is too small for this operation to complete", "host_oom", False,
+     False, "TG-HOST-ENOMEM"),
+    # device memory in other frameworks' allocators
+    ("RuntimeError: MPS backend out of memory (MPS allocated: 17.00 GB, other allocations: 1.20 GB, max allowed: "
+     "18.13 GB).", "cuda_oom", False, False, "TG-CUDA-OOM"),
+    ("W tensorflow/core/common_runtime/bfc_allocator.cc:456] Allocator (GPU_0_bfc) ran out of memory trying to "
+     "allocate 2.00GiB (rounded to 2147483648)", "cuda_oom", False, False, "TG-CUDA-OOM"),
+    # clouds and schedulers
+    ("Host EC2 (instance i-0123456789abcdef0) terminated.", "node_or_infra", True, False, "TG-PREEMPTED"),
+    ("compute.instances.hostError: Instance terminated by Compute Engine due to a host error", "node_or_infra",
+     True, False, "TG-PREEMPTED"),
+    ("Preempted to accommodate a higher priority Workload", "node_or_infra", True, False, "TG-K8S-PREEMPTED"),
+    ("Pod was rejected: Node didn't have enough resource: nvidia.com/gpu, requested: 8, used: 8, capacity: 8",
+     "node_or_infra", True, True, "TG-K8S-ADMISSION"),
+    ("ContainerStatusUnknown: The container could not be located when the pod was terminated", "node_or_infra",
+     True, False, "TG-NODE-LOST"),
+    ("slurmstepd: error: *** JOB 123 ON gpu4 CANCELLED AT 2024-01-01T00:00:00 DUE TO JOB REQUEUE ***",
+     "node_or_infra", True, False, "TG-PREEMPTED"),
+    ("slurmstepd: error: *** JOB 123 ON gpu4 CANCELLED AT 2024-01-01T00:00:00 DUE TO NODE FAILURE, SEE SLURMCTLD "
+     "LOG FOR DETAILS ***", "node_or_infra", True, True, "TG-NODE-FAIL"),
+    ("TERM_OWNER: job killed by owner.", "node_or_infra", False, False, "TG-CANCELLED"),
+    ("TERM_DEADLINE: job killed after deadline expires.", "node_or_infra", True, False, "TG-TIME-LIMIT"),
+    # storage and network
+    ("OSError: [Errno 116] Stale NFS file handle", "node_or_infra", True, False, "TG-IO-ERROR"),
+    ("OSError: [Errno 117] Structure needs cleaning: '/data/shard-0001.tar'", "node_or_infra", True, False,
+     "TG-IO-ERROR"),
+    ("Lustre: scratch-MDT0000-mdc-ffff: Connection to scratch-MDT0000 (at 10.0.0.5@o2ib) was lost; in progress "
+     "operations using this service will wait for recovery to complete", "node_or_infra", True, False,
+     "TG-IO-ERROR"),
+    ("RuntimeError: [enforce fail at inline_container.cc:595] . unexpected pos 1664 vs 1558", "node_or_infra",
+     False, False, "TG-DISK-FULL"),
+    ("RuntimeError: PytorchStreamWriter failed writing file data/12: file write failed", "node_or_infra", False,
+     False, "TG-DISK-FULL"),
+    ("wandb: Network error (ReadTimeout), entering retry loop.", "node_or_infra", True, False, "TG-NETWORK"),
+    ("curl: (6) Could not resolve host: files.example.org", "node_or_infra", True, False, "TG-NETWORK"),
+    ("ConnectionAbortedError: [Errno 103] Software caused connection abort", "node_or_infra", True, False,
+     "TG-NETWORK"),
+    # the data loader's worker got SIGTERM: what ended the job came from outside
+    ("RuntimeError: DataLoader worker (pid 4242) is killed by signal: Terminated.", "node_or_infra", True, False,
+     "TG-SIGTERM"),
+    # divergence in Keras' and TensorFlow's words
+    ("Batch 212: Invalid loss, terminating training", "user_code", False, False, "TG-LOSS-NAN"),
+    ("tensorflow.python.framework.errors_impl.InvalidArgumentError: loss : Tensor had NaN values", "user_code",
+     False, False, "TG-LOSS-NAN"),
+    # a requirement pip cannot satisfy
+    ("ERROR: Could not find a version that satisfies the requirement torch==9.9\nERROR: No matching distribution "
+     "found for torch==9.9", "user_code", False, False, "TG-USER-CONFIG"),
+    # hangs: py-spy's stack dump of a stuck rank, the heartbeat monitor's GIL check
+    ('Process 4242: python train.py\nPython v3.10.12 (/usr/bin/python3.10)\n\nThread 4242 (idle): "MainThread"\n'
+     "    wait (threading.py:320)\n    barrier (torch/distributed/distributed_c10d.py:3439)", "hang_or_stuck",
+     False, False, "TG-DEADLOCK"),
+    ("Could not acquire GIL within 300 ms on exit, possible GIL induced hang", "hang_or_stuck", True, False,
+     "TG-STALL"),
+]
+
+
+@pytest.mark.parametrize("text,category,retryable,node_fault,code", WIDENED,
+                         ids=lambda v: v[:48] if isinstance(v, str) else "")
+def test_the_widened_catalog_knows(text, category, retryable, node_fault, code):
+    verdict = classify(text)
+    assert (verdict.category.value, verdict.retryable, verdict.node_fault, verdict.fault_code) == \
+        (category, retryable, node_fault, code), verdict.classifier
+    if category == "user_code":
+        assert verdict.user_error
+    if retryable:
+        assert not verdict.user_error  # a fault the user must fix is never retried as is
+
+
+# Families added from what tune3.jsonl missed (issue 13), each in its source's own words:
+# (line, category, retryable, node fault, fault code).
+TUNE3_FAMILIES = [
+    # AMD GPUs: the amdgpu kernel driver's failed resets and firmware resume (node needs a reboot)
+    ("[ 9120.5] amdgpu 0000:c3:00.0: amdgpu: ASIC reset failed with error, -110 for drm dev, 0000:c3:00.0",
+     "gpu_hardware", True, True, "TG-GPU-LOST"),
+    ("[ 9120.5] amdgpu 0000:c3:00.0: amdgpu: GPU reset(3) failed", "gpu_hardware", True, True, "TG-GPU-LOST"),
+    ("[ 9121.0] [drm:psp_hw_start [amdgpu]] *ERROR* PSP load kdb failed!\n[ 9121.0] [drm:psp_resume [amdgpu]] "
+     "*ERROR* PSP resume failed", "gpu_hardware", True, True, "TG-GPU-LOST"),
+    # ... and its GPU hangs (ring timeouts) and the ROCm runtime's hardware exception
+    ("[ 4410.2] [drm:amdgpu_job_timedout [amdgpu]] *ERROR* ring gfx_0.0.0 timeout, signaled seq=8812, emitted "
+     "seq=8814", "gpu_hardware", True, False, "TG-GPU-ERROR"),
+    ("HW Exception by GPU node-2 (Agent handle: 0x5581c0e0) reason :GPU Hang", "gpu_hardware", True, False,
+     "TG-GPU-ERROR"),
+    # spot / preemptible capacity reported as a state of the cluster or VM
+    ("I 03-02 10:00:01 controller.py:90] The spot cluster is preempted (status: STOPPED). Relaunching.",
+     "node_or_infra", True, False, "TG-PREEMPTED"),
+    ("WARNING: TPU VMs have been preempted; recreating the slice", "node_or_infra", True, False, "TG-PREEMPTED"),
+    # kubectl get nodes as kubectl before 1.8 prints it (no ROLES column)
+    ("NAME        STATUS     AGE       VERSION\ngpu-node-7  NotReady   3d        v1.7.5\n", "node_or_infra", True, True,
+     "TG-NODE-EVENT"),
+    # a multi-host runtime waiting at start-up for hosts the launch never started (JAX, torch_xla)
+    ("UserWarning: GPU backend initialization is taking more than 120.0 seconds. Did you run your code on all "
+     "hosts?", "hang_or_stuck", False, False, "TG-INIT-STALL"),
+    ("Waiting to connect to client mesh master (300 seconds) localhost:51011", "hang_or_stuck", False, False,
+     "TG-INIT-STALL"),
+    # NCCL: ranks that disagree on a message's size (net_ib.cc), topology detection (xml.h)
+    ("gpu3:901:950 [2] transport/net_ib.cc:1100 NCCL WARN NET/IB : req 1/1 tag 7 peer 10.0.0.2<40211> collective "
+     "mismatch error, local size 1048576 remote size 4096", "nccl_error", False, False, "TG-NCCL-USAGE"),
+    ("gpu3:901:950 [0] NCCL WARN Attribute busid of node net not found\ngpu3:901:950 [0] NCCL INFO graph/xml.cc:"
+     "640 -> 3", "nccl_error", False, False, "TG-NCCL-TOPOLOGY"),
+    # aborts the C/C++ runtime attributes to the program (glibc forced unwind, libstdc++)
+    ("FATAL: exception not rethrown\nAborted (core dumped)", "segfault_or_signal", False, False, "TG-SIGABRT-BUG"),
+    ("pure virtual method called\nterminate called without an active exception\nAborted (core dumped)",
+     "segfault_or_signal", False, False, "TG-SIGABRT-BUG"),
+    # start-up lines and nothing after them: a stall before the first step (convention: retryable)
+    ("[default0]:Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, to avoid "
+     "your system being overloaded", "hang_or_stuck", True, False, "TG-START-STALL"),
+    ("[2024-03-01 10:00:00,000] [INFO] [launch.py:256:main] process 4242 spawned with command: ['/usr/bin/python', "
+     "'-u', 'train.py', '--local_rank=0']", "hang_or_stuck", True, False, "TG-START-STALL"),
+    ("Using /root/.cache/torch_extensions/py310_cu121 as PyTorch extensions root...", "hang_or_stuck", True, False,
+     "TG-START-STALL"),
+    ("***** Running training *****\n  Num examples = 12,000\n  Num Epochs = 3\n  Total optimization steps = 1,125",
+     "hang_or_stuck", True, False, "TG-START-STALL"),
+    ("> initializing torch distributed ...\n> initialized tensor model parallel with size 2\n> initialized "
+     "pipeline model parallel with size 4\n> setting random seeds to 1234 ...", "hang_or_stuck", True, False,
+     "TG-START-STALL"),
+    # a WARNING-level record in the "LOGGER LEVEL DATE TIME message" layout (PaddlePaddle's launcher)
+    ("LAUNCH WARNING 2024-05-01 10:00:00,123 log directory already exists, overwriting", "success_or_benign", True,
+     False, "TG-BENIGN"),
+]
+
+
+@pytest.mark.parametrize("text,category,retryable,node_fault,code", TUNE3_FAMILIES,
+                         ids=lambda v: v[:48] if isinstance(v, str) else "")
+def test_the_tune3_families_are_known(text, category, retryable, node_fault, code):
+    verdict = classify(text)
+    assert (verdict.category.value, verdict.retryable, verdict.node_fault, verdict.fault_code) == \
+        (category, retryable, node_fault, code), verdict.classifier
+    if category == "user_code":
+        assert verdict.user_error
+    if retryable:
+        assert not verdict.user_error
+
+
+def test_an_old_kubectl_listing_names_the_not_ready_node():
+    verdict = classify("NAME        STATUS     AGE       VERSION\ngpu-node-6  Ready      3d        v1.7.5\n"
+                       "gpu-node-7  NotReady   3d        v1.7.5\n")
+    assert (verdict.fault_code, verdict.node) == ("TG-NODE-EVENT", "gpu-node-7")
+
+
+# Start-up lines followed by a run that went on (progress, a clean finish): not a hang.
+STARTED_AND_RAN = [
+    "***** Running training *****\n  Num examples = 1000\n{'loss': 0.41, 'learning_rate': 1e-05, 'epoch': 1.0}\n"
+    "{'train_runtime': 312.4, 'train_samples_per_second': 9.6, 'epoch': 3.0}\n",
+    "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default\n"
+    "Epoch 3: 100%|██████████| 195/195 [01:58<00:00,  1.64it/s, loss=0.391]\n",
+    "> initializing torch distributed ...\n> setting random seeds to 1234 ...\n iteration      100/    1000 | "
+    "lm loss: 6.512E+00 |\ntraining completed\n",
+    "Using /tmp/ext as PyTorch extensions root...\nUserWarning: TypedStorage is deprecated\n",
+]
+
+
+@pytest.mark.parametrize("text", STARTED_AND_RAN, ids=lambda v: v[:40])
+def test_start_up_lines_then_a_run_are_not_a_hang(text):
+    assert classify(text).category is Category.SUCCESS_OR_BENIGN
+
+
+# Lines that mention a family's words without showing its fault: they must not match it.
+NEAR_MISSES = [
+    ("timeout: 1800\nnccl_timeout_minutes: 30\nheartbeat_timeout_sec: 600\n", "unknown"),
+    ("--ddp-timeout 7200 --save-steps 500 --max-grad-norm 1.0\n", "unknown"),
+    ("Remapped Rows\n        Pending                           : No\n"
+     "        Remapping Failure Occurred        : No\n", "unknown"),
+    ("Il personaggio è stato ucciso nel capitolo 3\n", "unknown"),
+    ("config: oom_killer_policy=off, cuda_oom_retry=false\n", "unknown"),
+    ("[default0]:WARNING:torch.distributed.run:\nSetting OMP_NUM_THREADS environment variable for each process to "
+     "be 1 in default, to avoid your system being overloaded\n", "success_or_benign"),
+    ("Epoch 1: train_loss=0.2314 val_loss=0.1904\n", "success_or_benign"),
+    # the tune3 families' words without their fault
+    ("[ 9120.5] amdgpu 0000:c3:00.0: amdgpu: GPU reset succeeded, trying to resume\n", "unknown"),
+    ("node_pool: spot  # jobs may be preempted and are then requeued automatically\n", "unknown"),
+    ("gpu-node-7  Ready      3d        v1.7.5\n", "unknown"),
+    ("XLA_FLAGS=--xla_gpu_enable_backend_initialization_logging\n", "unknown"),
+    ("gpu3:901:950 [0] NCCL INFO Attribute coll of node nic was set to 1\n", "hang_or_stuck"),
+    ("LAUNCH ERROR 2024-05-01 10:00:00,123 worker 3 exited with code 2\n", "unknown"),
+    ("unit test: abstract base has a pure virtual method\n", "unknown"),
+]
+
+
+@pytest.mark.parametrize("text,category", NEAR_MISSES, ids=lambda v: v[:40] if isinstance(v, str) else "")
+def test_near_misses_do_not_match(text, category):
+    assert classify(text).category.value == category
+
+
+def test_the_evidence_is_the_line_that_shows_the_fault():
+    text = ("NCCL INFO Bootstrap : Using eth0:10.0.0.2<0>\nUserWarning: something harmless\n"
+            "[PG ID 0 PG GUID 0 Rank 2] Work timeout is detected by watchdog at work: 17, last enqueued NCCL "
+            "work: 17, last completed NCCL work: 16.\nterminate called after throwing an instance of "
+            "'c10::DistBackendError'\n")
+    verdict = classify(text)
+    assert verdict.fault_code == "TG-NCCL-TIMEOUT"
+    assert verdict.evidence.startswith("[PG ID 0 PG GUID 0 Rank 2] Work timeout is detected by watchdog")
+
+
 @pytest.mark.parametrize("text,category,retryable,code", KNOWLEDGE, ids=lambda v: v[:48] if isinstance(v, str) else "")
 def test_the_catalog_knows(text, category, retryable, code):
     verdict = classify(text)

@@ -65,6 +65,7 @@ DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
     ("exit_classifier", "trainguard.plugins.exit_classifier"),
     ("health_classifier", "trainguard.plugins.health_classifier"),
     ("log_classifier", "trainguard.plugins.log_classifier"),
+    ("learned_classifier", "trainguard.plugins.learned_classifier"),
     ("strategy", "trainguard.plugins.strategy"),
     ("log_notifier", "trainguard.plugins.notifiers"),
     ("sanity_items", "trainguard.sanity.items"),

@@ -1,0 +1,160 @@
+"""A learned fallback for log tails that no catalog pattern recognises (issue 13, item 4).
+
+A multinomial naive Bayes model over the distinct lowercase words of the tail (numbers, hex
+ids, paths, addresses and timestamps removed first, so it learns vocabulary, not ids), trained
+by ``bench/train_fallback.py`` on the tuning files of ``tests/data/faultlogs/`` and shipped as
+data (``learned_model.json`` beside this module). It only speaks when no pattern does:
+
+* its verdict's ``confidence`` (0.15) is below every catalog pattern's (the lowest is 0.2) and
+  below the exit classifier's, so the host's merge lets it decide only when nothing else did;
+* it returns None unless its most probable class passes the threshold chosen by
+  leave-one-file-out cross-validation on the tuning files (stored in the model);
+* it never says ``success_or_benign`` (benign needs positive evidence) and never marks a
+  ``user_code`` verdict retryable;
+* its verdict carries the family's generic fault code, ``classifier="learned:<label>"``, and as
+  evidence the line of the tail that weighs most for the chosen class.
+
+It is registered as the built-in plugin ``learned_classifier`` but **off by default**: on the
+untouched holdout files it did not beat the patterns alone (see docs/fault-codes.md). Set
+``TRAINGUARD_LEARNED_FALLBACK=1`` to turn it on; ``TRAINGUARD_DISABLE_PLUGINS=learned_classifier``
+keeps it from loading at all. The model is read on the first fault it is asked about, not at
+import.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable
+
+from trainguard.hooks.markers import hookimpl
+from trainguard.model import Category, ErrorSource, Fault, LogPattern, Verdict
+from trainguard.policy import Policy
+
+MODEL = Path(__file__).with_name("learned_model.json")
+ENABLE_VAR = "TRAINGUARD_LEARNED_FALLBACK"
+ENABLED_BY_DEFAULT = False
+CONFIDENCE = 0.15  # below every catalog pattern (min 0.2) and the exit classifier (0.3)
+MAX_CHARS = 8 * 1024  # the end of the tail holds the failure; reading more only costs time
+
+# label -> (fault code, retryable, node_fault, user_error): the family's generic code, and the
+# convention of the label when nothing more specific is known (a guess never isolates a node).
+FAMILY: dict[str, tuple[str, bool, bool, bool]] = {
+    "nccl_timeout": ("TG-NCCL-TIMEOUT", True, False, False),
+    "nccl_error": ("TG-NCCL-ERROR", True, False, False),
+    "cuda_oom": ("TG-CUDA-OOM", False, False, True),
+    "host_oom": ("TG-HOST-OOM", False, False, True),
+    "gpu_hardware": ("TG-GPU-ERROR", True, False, False),
+    "node_or_infra": ("TG-INFRA", True, False, False),
+    "user_code": ("TG-USER-EXCEPTION", False, False, True),
+    "hang_or_stuck": ("TG-STALL", True, False, False),
+    "segfault_or_signal": ("TG-SIGSEGV", True, False, False),
+}
+
+# Things that are ids, not vocabulary: a run of word characters holding a digit or a slash (ids,
+# sizes, host names and addresses, timestamps, paths) is removed before the words are taken.
+_NOISE = re.compile(r"[\w-]*[\d/][\w/.-]*")
+_WORD = re.compile(r"[a-z][a-z_]{1,30}")
+
+
+def tokens(text: str) -> set[str]:
+    """The distinct feature words of a text (lowercase, ids removed)."""
+    return set(_WORD.findall(_NOISE.sub(" ", text.lower())))
+
+
+def line_tokens(line: str) -> Iterable[str]:
+    return _WORD.findall(_NOISE.sub(" ", line.lower()))
+
+
+class Model:
+    """Naive Bayes log-probabilities: ``prior[c]`` and ``weights[word][c]`` (words not in the
+    model count for nothing); ``scale`` tempers the sum of the word weights."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.labels: list[str] = data["labels"]
+        self.prior: list[float] = data["prior"]
+        self.scale: float = data["scale"]
+        self.weights: dict[str, list[float]] = data["weights"]
+        self.threshold: float = data["threshold"]
+
+    def probabilities(self, words: Iterable[str]) -> list[float]:
+        n = len(self.prior)
+        sums = [0.0] * n
+        for word in words:
+            w = self.weights.get(word)
+            if w is not None:
+                for i in range(n):
+                    sums[i] += w[i]
+        scores = [p + self.scale * s for p, s in zip(self.prior, sums)]
+        top = max(scores)
+        exp = [math.exp(s - top) for s in scores]
+        total = sum(exp)
+        return [e / total for e in exp]
+
+    def predict(self, text: str) -> tuple[str, float]:
+        probs = self.probabilities(tokens(text))
+        best = max(range(len(probs)), key=lambda i: (probs[i], -i))
+        return self.labels[best], probs[best]
+
+    def evidence(self, text: str, label: str) -> str:
+        """The line whose words weigh most for ``label`` against the other classes."""
+        c = self.labels.index(label)
+        best, best_score = "", -math.inf
+        for line in text.splitlines():
+            score = 0.0
+            for word in set(line_tokens(line)):
+                w = self.weights.get(word)
+                if w is not None:
+                    score += w[c] - max(w[i] for i in range(len(w)) if i != c)
+            if score > best_score and line.strip():
+                best, best_score = line.strip(), score
+        return best
+
+
+@lru_cache(maxsize=1)
+def model() -> Model | None:
+    """The shipped model, read once; None if it is not installed (the fallback then says nothing)."""
+    try:
+        return Model(json.loads(MODEL.read_text()))
+    except FileNotFoundError:
+        return None
+
+
+def enabled() -> bool:
+    value = os.environ.get(ENABLE_VAR)
+    if value is None:
+        return ENABLED_BY_DEFAULT
+    return value.strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def judge(text: str) -> Verdict | None:
+    """The learned verdict on a text, or None when the model is not sure or says benign."""
+    text = text[-MAX_CHARS:]
+    if not text.strip():
+        return None
+    m = model()
+    if m is None:
+        return None
+    label, probability = m.predict(text)
+    if probability < m.threshold or label not in FAMILY:
+        return None  # not sure, or benign (which needs positive evidence: never guessed)
+    code, retryable, node_fault, user_error = FAMILY[label]
+    if label == "user_code":
+        retryable = False
+    return Verdict(Category.parse(label), code, retryable=retryable, node_fault=node_fault,
+                   user_error=user_error, evidence=m.evidence(text, label)[:500], confidence=CONFIDENCE,
+                   classifier=f"learned:{label}")
+
+
+@hookimpl
+def trainguard_classify_fault(fault: Fault, log_tail: str, policy: Policy,
+                              patterns: tuple[LogPattern, ...]) -> Verdict | None:
+    if not log_tail or fault.source in (ErrorSource.HANG, ErrorSource.EXIT_HANG) or not enabled():
+        return None
+    if fault.source is ErrorSource.EXIT_CODE and fault.exit_code == 0 and not fault.signal:
+        return None  # a clean exit is benign by the engine's rule, whatever the log's words
+    return judge(log_tail)

@@ -394,6 +394,48 @@ def test_an_outage_past_the_tolerance_fails_the_job_transiently(own_cluster, tmp
     assert "Unable to confirm allocation" not in (logs / "rank-1.log").read_text()
 
 
+def test_a_stop_signal_while_waiting_out_an_outage_is_acted_on_at_once(own_cluster, tmp_path):
+    """Slurm sends SIGTERM and, KillWait seconds later, SIGKILL: a supervisor that waits out a
+    controller outage (up to --scheduler-outage-tolerance) before acting on it is killed with its
+    work unrecorded. The wait is where a stop signal is acted on."""
+    import signal
+
+    plan = [{"round": 0, "rank": 1, "do": "fail", "say": NCCL, "after": 1},
+            {"round": 0, "rank": 0, "do": "sleep", "seconds": 30}]
+    resumed, stopped = [], {}
+
+    def stop_during_the_outage(job):
+        _wait_for_ranks(tmp_path, 2)
+        resumed.append(own_cluster.pause_slurmctld(30))
+        batch, deadline = tmp_path / "batch.out", time.time() + 20
+        while time.time() < deadline and "round_started" not in (batch.read_text() if batch.exists() else ""):
+            time.sleep(0.1)
+        time.sleep(4)  # the old steps are stopped (grace 2 s); the new ones wait for the controller
+        found = subprocess.run(["pgrep", "-f", f"trainguard .*--state-dir {tmp_path / 'state'}"],
+                               capture_output=True, text=True).stdout.split()
+        assert len(found) == 1, found
+        pid = int(found[0])
+        began = time.time()
+        os.kill(pid, signal.SIGTERM)
+        while time.time() - began < 20 and os.path.exists(f"/proc/{pid}") and \
+                open(f"/proc/{pid}/stat").read().split()[2] != "Z":
+            time.sleep(0.05)
+        stopped["seconds"] = time.time() - began
+        stopped["paused"] = own_cluster._paused
+
+    report, starts, batch = submit(own_cluster, tmp_path, plan, "--enable-job-restart",
+                                   "--scheduler-outage-tolerance 120", during=stop_during_the_outage, nodes=2,
+                                   timeout=90, ended=("", "CG"))
+    resumed[0].join()
+    # Acted on while the controller still answers nothing: stopping the launched steps then takes
+    # one unanswered scancel (2 s) and srun's stop grace (2 s); the outage itself lasts 30 s.
+    assert stopped["paused"] and stopped["seconds"] < 10, (stopped, batch)
+    assert report["status"] == "failed" and report["failure"]["error_code"] == "TG-INTERRUPTED", batch
+    (rnd,) = report["rounds"]
+    assert rnd["result"] == "interrupted", rnd
+    assert not [s for s in starts if s["TRAINGUARD_RESTART_ROUND"] == "1"], "no rank of round 1 ran"
+
+
 def test_a_bare_run_inside_an_allocation_takes_its_ranks_and_nodes_from_it(cluster, tmp_path):
     script = tmp_path / "bare.sh"
     script.write_text(f"#!/bin/bash\nexec {sys.executable} -m trainguard run --state-dir {tmp_path / 'state'} "

@@ -7,7 +7,7 @@ rank, never a scheduler-side name.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Protocol, Sequence
+from typing import Callable, Mapping, Protocol, Sequence
 
 from trainguard.model import Capacity, Instance
 from trainguard.stacks import ThreadStack
@@ -46,6 +46,12 @@ class Adapter(Protocol):
     # What the last ``start`` waited for the scheduler, ``(why, seconds)``: its controller did
     # not answer or refused for now; None when it started at once.
     last_wait: tuple[str, float] | None
+    # How the adapter sleeps while it waits on its scheduler (a launch the controller refuses for
+    # now, an API server that does not answer): ``time.sleep`` until the engine replaces it with
+    # a sleep that a stop signal (SIGTERM, SIGINT) ends by raising, so that a supervisor told to
+    # stop does not first wait out the outage. Pause only where every process already started
+    # is known to ``running()``: the engine stops those.
+    pause: Callable[[float], None]
 
     def capacity(self, isolated: frozenset[str]) -> Capacity:
         """The job's nodes and slots, with ``isolated`` ones marked."""

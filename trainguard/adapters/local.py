@@ -25,7 +25,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from trainguard.adapters import Exit, Launch
 from trainguard.adapters.inotify import DirectoryWatch
@@ -98,6 +98,7 @@ class LocalAdapter:
         if spec.nodes < 1 or spec.slots < 1:
             raise AdapterError(self.name, "nodes and slots per node must be at least 1")
         self.job_id = spec.job_id
+        self.pause: Callable[[float], None] = time.sleep
         self.nodes = self._node_names(spec)
         self.slots_per_node = spec.slots
         self.log_dir = Path(log_dir).resolve()

@@ -101,7 +101,10 @@ class SlurmAdapter(LocalAdapter):
 
     def _slurm(self, *argv: str, patience: float | None = None, outages: list[str] | None = None) -> str:
         return slurm_command(*argv, env=self.slurm_env, patience=self.tolerance if patience is None else patience,
-                             outages=outages)
+                             outages=outages, sleep=self._sleep)
+
+    def _sleep(self, seconds: float) -> None:
+        self.pause(seconds)  # looked up at each call: the engine replaces pause after construction
 
     def capacity(self, isolated: frozenset[str]) -> Capacity:
         return replace(super().capacity(isolated), can_requeue=True)
@@ -208,7 +211,7 @@ class SlurmAdapter(LocalAdapter):
         try:
             for attempt in Retrying(retry=retry_if_exception_type(LaunchRefused),
                                     stop=lambda _: time.monotonic() - began >= self.tolerance,
-                                    wait=backoff, before_sleep=log_retry, reraise=True):
+                                    wait=backoff, before_sleep=log_retry, sleep=self._sleep, reraise=True):
                 with attempt:
                     self._cancel_orphans(outages)
                     launch_pending()
@@ -236,7 +239,8 @@ class SlurmAdapter(LocalAdapter):
         steps = sorted(self._orphans)
         try:
             # Short calls, so that a controller that does not answer shows as such in last_wait.
-            slurm_command("scancel", *steps, env=self.slurm_env, timeout=5, patience=self.tolerance, outages=outages)
+            slurm_command("scancel", *steps, env=self.slurm_env, timeout=5, patience=self.tolerance, outages=outages,
+                          sleep=self._sleep)
         except AdapterError as exc:
             if not exc.permanent:
                 raise
@@ -273,7 +277,7 @@ class SlurmAdapter(LocalAdapter):
                     continue
                 waiting.discard(rank)
             if waiting:
-                time.sleep(_POLL)
+                self.pause(_POLL)  # srun may itself be waiting out the controller here
         return started, failed
 
     def _abandon(self, rank: int, path: Path, offset: int, ended: bool) -> tuple[str, bool]:

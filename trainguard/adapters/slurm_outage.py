@@ -24,7 +24,8 @@ from __future__ import annotations
 import logging
 import re
 import subprocess
-from typing import Mapping, NamedTuple
+import time
+from typing import Callable, Mapping, NamedTuple
 
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
 
@@ -100,7 +101,8 @@ class _ControllerUnavailable(Exception):
 
 
 def slurm_command(*argv: str, env: Mapping[str, str] | None = None, timeout: float = 30,
-                  patience: float = CONTROLLER_PATIENCE, outages: list[str] | None = None) -> str:
+                  patience: float = CONTROLLER_PATIENCE, outages: list[str] | None = None,
+                  sleep: Callable[[float], None] = time.sleep) -> str:
     """Run a Slurm client command; retried while the controller is unreachable.
 
     A refusal (unknown partition, bad job id) raises :class:`AdapterError` at once with Slurm's
@@ -108,12 +110,12 @@ def slurm_command(*argv: str, env: Mapping[str, str] | None = None, timeout: flo
     cut short at ``timeout``, or at ``patience`` when that is shorter; ``patience=0`` makes one
     call of up to ``timeout``), then raises a transient (``permanent=False``)
     :class:`AdapterError`. ``outages`` collects the message of every attempt the controller did
-    not answer.
+    not answer; ``sleep`` waits between attempts (an adapter's interruptible ``pause``).
     """
     call_timeout = timeout if patience == 0 or patience >= timeout else max(patience, 2.0)
 
     @retry(retry=retry_if_exception_type(_ControllerUnavailable), stop=stop_after_delay(patience),
-           wait=wait_exponential(multiplier=0.2, max=5), reraise=True)
+           wait=wait_exponential(multiplier=0.2, max=5), sleep=sleep, reraise=True)
     def attempt() -> str:
         try:
             done = subprocess.run(list(argv), env=dict(env) if env is not None else None, capture_output=True,

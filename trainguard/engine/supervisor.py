@@ -18,6 +18,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
@@ -105,6 +106,8 @@ class Supervisor:
                                   inprocess=self.inprocess)
         self._pending_signal: int | None = None
         self._in_wait = False
+        # The adapter's waits on its scheduler become points where a stop signal is acted on.
+        adapter.pause = self._pause
         self.lease = lease
         self._lease_checked = 0.0
         self.health = Health(sanity or SanityConfig(), spec=spec, adapter=adapter, store=store, host=host,
@@ -260,6 +263,19 @@ class Supervisor:
             return self.adapter.wait(timeout)
         finally:
             self._in_wait = False
+
+    def _pause(self, seconds: float) -> None:
+        """The adapter's sleep while it waits on its scheduler (an outage may last its whole
+        tolerance): a stop signal pending or arriving meanwhile raises here, in the main thread."""
+        if threading.current_thread() is not threading.main_thread():
+            time.sleep(seconds)  # a signal is handled in the main thread only
+            return
+        was, self._in_wait = self._in_wait, True
+        try:
+            self._check_signal()
+            time.sleep(seconds)
+        finally:
+            self._in_wait = was
 
     def _on_exit(self, exit_: Exit) -> Fault | None:
         node = self.state.node_of(exit_.rank)

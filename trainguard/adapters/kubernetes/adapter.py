@@ -25,7 +25,7 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from trainguard.adapters import Exit, Launch
 from trainguard.adapters.kubernetes import manifests
@@ -71,8 +71,9 @@ class KubernetesAdapter:
         self.taint_bad_nodes = taint_bad_nodes
         self.spare_nodes = spare_nodes
         self.pending_timeout = pending_timeout
+        self.pause: Callable[[float], None] = time.sleep
         self.kube = KubeApi(api_client or load_api_client(kubeconfig, context), patience=api_patience,
-                            job_id=self.job_id)
+                            job_id=self.job_id, sleep=lambda seconds: self.pause(seconds))
         self.bad_nodes = BadNodeList(self.kube, namespace, job_id=self.job_id)
         self.isolated: set[str] = set(self.bad_nodes.live())
         if self.isolated:

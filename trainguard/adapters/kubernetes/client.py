@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import socket
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -71,13 +72,15 @@ def retry_after(exc: BaseException | None) -> float | None:
 class KubeApi:
     """Retried access to the core API (and coordination leases) for one namespace."""
 
-    def __init__(self, api_client: Any, *, patience: float = DEFAULT_PATIENCE, job_id: str = "") -> None:
+    def __init__(self, api_client: Any, *, patience: float = DEFAULT_PATIENCE, job_id: str = "",
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         from kubernetes import client
 
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.patience = patience
         self.job_id = job_id
+        self.sleep = sleep  # between retries: the adapter's pause (interruptible in the main thread)
         self._backoff = wait_exponential(multiplier=0.2, max=5)
         # Seconds spent waiting for the API server to answer, and why (the last reason).
         self.waited = 0.0
@@ -98,7 +101,7 @@ class KubeApi:
         """``method(*args, **kwargs)``, retried while the failure is :func:`transient`."""
         retrying = Retrying(retry=retry_if_exception(transient), wait=self._wait, reraise=True,
                             stop=stop_after_delay(self.patience if patience is None else patience),
-                            before_sleep=self._warn)
+                            before_sleep=self._warn, sleep=self.sleep)
         try:
             return retrying(method, *args, **kwargs)
         except Exception as exc:

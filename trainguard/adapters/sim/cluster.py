@@ -11,8 +11,9 @@ import heapq
 import math
 import os
 import random
+import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import yaml
 
@@ -56,6 +57,7 @@ class SimCluster:
         # Hot spares only when asked for: "auto" means the local host's memory headroom.
         self.warm_standby = str(policy.warm_standby).lower() == "true"
         self.clock = clock or SimClock()
+        self.pause: Callable[[float], None] = time.sleep  # unused: the simulator never waits on a scheduler
         self.nodes = tuple(f"node-{i}" for i in range(spec.nodes + spare_nodes))
         self.slots_per_node = spec.slots
         self.world_size = spec.nproc

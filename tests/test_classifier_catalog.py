@@ -500,6 +500,70 @@ def test_the_tune3_families_are_known(text, category, retryable, node_fault, cod
         assert not verdict.user_error
 
 
+# Families tune4 showed missing, each in its source's own wording (not the corpus's excerpts).
+TUNE4_FAMILIES = [
+    # Rust's default allocation-error handler (std::alloc::handle_alloc_error): host memory
+    ("memory allocation of 1073741824 bytes failed\nAborted (core dumped)", "host_oom", False, False,
+     "TG-HOST-ENOMEM"),
+    ("[rank3]: memory allocation of 4096 bytes failed", "host_oom", False, False, "TG-HOST-ENOMEM"),
+    # XLA / TensorFlow Status RESOURCE_EXHAUSTED in both spellings (the enum's, the older human one)
+    ("Execution of replica 0 failed: Resource exhausted: Out of memory while trying to allocate 8589934592 bytes.",
+     "cuda_oom", False, False, "TG-CUDA-OOM"),
+    ("jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate "
+     "2147483648 bytes.", "cuda_oom", False, False, "TG-CUDA-OOM"),
+    # bash's job report for SIGABRT, padded to its column, and in other locales
+    ("./run.sh: line 12: 40211 Aborted                 (core dumped) python train.py --config a.yaml",
+     "segfault_or_signal", True, False, "TG-SIGABRT"),
+    ("./run.sh: line 12: 40211 Aborted                 python train.py", "segfault_or_signal", True, False,
+     "TG-SIGABRT"),
+    ("Abgebrochen (Speicherabzug geschrieben)", "segfault_or_signal", True, False, "TG-SIGABRT"),
+    ("已放弃 (核心已转储)", "segfault_or_signal", True, False, "TG-SIGABRT"),
+    ("Abandon (core dumped)", "segfault_or_signal", True, False, "TG-SIGABRT"),
+    # the AWS SDK for C++ (CurlHttpClient) and libcurl's error codes: object storage over the network
+    ("E tensorflow/core/platform/s3/aws_logging.cc:60] Curl returned error code 28 - Timeout was reached",
+     "node_or_infra", True, False, "TG-NETWORK"),
+    ("W aws_logging.cc:57] Request failed, now waiting 1600 ms before attempting again.", "node_or_infra", True,
+     False, "TG-NETWORK"),
+    ("curl_easy_perform() failed: CURLE_OPERATION_TIMEDOUT", "node_or_infra", True, False, "TG-NETWORK"),
+    # Slurm: a step whose tasks would not die after it was ended
+    ("srun: Job step aborted: Waiting up to 32 seconds for job step to finish.\n"
+     "srun: error: Timed out waiting for job step to complete", "node_or_infra", True, False, "TG-SLURM-STEP-KILL"),
+    ("slurmd: error: Kill task failed for StepId=4242.0", "node_or_infra", True, False, "TG-SLURM-STEP-KILL"),
+    # throughput reports: a running job
+    ("[INFO 2024-01-01 10:00:00] 400/2650, SamplesPerSec=13.19749106827976", "success_or_benign", True, False,
+     "TG-PROGRESS"),
+    ("epoch=0/micro_step=100/global_step=100, RunningAvgSamplesPerSec=52.1, CurrSamplesPerSec=51.8",
+     "success_or_benign", True, False, "TG-PROGRESS"),
+    (" iteration      200/  500000 | consumed samples: 102400 | elapsed time per iteration (ms): 1532.4 | "
+     "learning rate: 3.000E-04", "success_or_benign", True, False, "TG-PROGRESS"),
+    # slurmstepd's report that a task failed: a failure whose cause is elsewhere
+    ("slurmstepd: error: *** STEP 4242.0 ON gpu-7 FAILED (non-zero exit code or other failure mode) ***",
+     "unknown", False, False, "TG-FAILED"),
+]
+
+
+@pytest.mark.parametrize("text,category,retryable,node_fault,code", TUNE4_FAMILIES,
+                         ids=lambda v: v[:48] if isinstance(v, str) else "")
+def test_the_tune4_families_are_known(text, category, retryable, node_fault, code):
+    verdict = classify(text)
+    assert (verdict.category.value, verdict.retryable, verdict.node_fault, verdict.fault_code) == \
+        (category, retryable, node_fault, code), verdict.classifier
+    if retryable:
+        assert not verdict.user_error
+
+
+def test_a_rank_error_outranks_the_step_it_left_unkillable():
+    verdict = classify("ValueError: could not convert string to float: 'abc'\n"
+                       "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.\n"
+                       "srun: error: Timed out waiting for job step to complete\n")
+    assert (verdict.category.value, verdict.retryable) == ("user_code", False)
+
+
+def test_a_stalled_step_abort_alone_stays_unknown():
+    verdict = classify("srun: Job step aborted: Waiting up to 32 seconds for job step to finish.\n")
+    assert (verdict.category.value, verdict.retryable) == ("unknown", False)
+
+
 def test_an_old_kubectl_listing_names_the_not_ready_node():
     verdict = classify("NAME        STATUS     AGE       VERSION\ngpu-node-6  Ready      3d        v1.7.5\n"
                        "gpu-node-7  NotReady   3d        v1.7.5\n")
@@ -542,6 +606,14 @@ NEAR_MISSES = [
     ("gpu3:901:950 [0] NCCL INFO Attribute coll of node nic was set to 1\n", "hang_or_stuck"),
     ("LAUNCH ERROR 2024-05-01 10:00:00,123 worker 3 exited with code 2\n", "unknown"),
     ("unit test: abstract base has a pure virtual method\n", "unknown"),
+    # the tune4 families' words without their fault
+    ("memory allocation of 4096 bytes succeeded after retry\n", "unknown"),
+    ("resource_exhausted_retries: 3  # Out of memory handling\n", "unknown"),
+    ("Aborted by user request; cleaning up\n", "unknown"),
+    ("curl returned 200 for https://example.com/status\n", "unknown"),
+    ("srun: Waiting for job step to complete\n", "unknown"),
+    ("SamplesPerSec=nan is not measured in this mode\n", "unknown"),
+    ("slurmstepd: error: *** STEP 4242.0 ON gpu-7 CANCELLED AT 2024-04-23T12:18:08 ***\n", "node_or_infra"),
 ]
 
 

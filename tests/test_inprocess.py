@@ -40,12 +40,13 @@ class Run:
 
 @pytest.fixture
 def train(tmp_path: Path):
-    def run(fault: dict[str, Any] | None = None, *, wrapped: bool = True, nproc: int = 4, **policy: Any) -> Run:
+    def run(fault: dict[str, Any] | None = None, *, wrapped: bool = True, nproc: int = 4,
+            env: dict[str, str] | None = None, **policy: Any) -> Run:
         record = tmp_path / "entries.jsonl"
         record.unlink(missing_ok=True)
         spec = JobSpec(job_id="job", command=(sys.executable, str(TRAIN)), nproc=nproc, cwd=str(tmp_path),
                        env={"TG_FAULT": json.dumps(fault or {}), "TG_RECORD": str(record),
-                            "TG_WRAPPED": "1" if wrapped else "0"})
+                            "TG_WRAPPED": "1" if wrapped else "0", **(env or {})})
         settings = {"stop_grace_period": 2, "enable_job_restart": True, "retryable_errors": [RETRYABLE], **policy}
         status = supervise(spec, build_policy(settings), state_dir=tmp_path / "state")
         with RunStore(tmp_path / "state") as store:
@@ -118,6 +119,22 @@ def test_a_silent_rank_inside_a_step_makes_every_rank_reenter(train):
     assert run.actions[-1] == "restart_in_process"
     assert run.report["rounds"][-1]["error_source"] == "hang"
     assert run.pids(1) == run.pids(0) and len(run.pids(1)) == 4
+
+
+def test_a_rank_blocked_where_no_interrupt_reaches_is_replaced_once_it_says_so(train):
+    """A rank blocked in C code (DDP's backward waiting on a gloo allreduce whose peers are gone
+    waits out gloo's own timeout) cannot be interrupted: its monitor says so after
+    ``stuck_after`` (2 s) and the supervisor replaces it then, not after the barrier timeout."""
+    run = train({"rank": 2, "step": 5, "iteration": 0, "do": "raise"}, env={"TG_BLOCK": '{"rank": 1, "step": 5}'},
+                inprocess_barrier_timeout=30)
+    assert run.status is JobStatus.SUCCEEDED
+    (rnd,) = run.report["rounds"]
+    assert rnd["action"] == "recover_in_process", (rnd["stages"], rnd["notes"])
+    assert any("rank(s) [1] were blocked" in note and "they said so" in note for note in rnd["notes"]), rnd["notes"]
+    assert 2 <= rnd["stages"]["abort"] < 10, rnd["stages"]
+    assert sorted(e["rank"] for e in run.entries if e["iteration"] == 1) == [0, 1, 2, 3]
+    before, after = run.pids(0), run.pids(1)
+    assert after[1] != before[1] and all(after[r] == before[r] for r in (0, 2, 3)), (before, after)
 
 
 def test_recover_strategy_without_in_process_rungs_restarts_cold(train):

@@ -2,7 +2,10 @@
 
 Each step is an allreduce. ``TG_FAULT`` (JSON) says what goes wrong: ``{"rank": 2, "step": 5,
 "iteration": 0, "do": "raise" | "keyerror" | "kill" | "hang" | "raise-always"}`` (``iteration``
-absent: any; ``round``: the supervisor's restart round, absent: any). ``TG_WRAPPED=0`` runs the same loop without the wrapper (one call, no re-entry).
+absent: any; ``round``: the supervisor's restart round, absent: any). ``TG_WRAPPED=0`` runs the same loop without the wrapper (one call, no re-entry). ``TG_BLOCK``
+(JSON ``{"rank": 1, "step": 5}``, iteration 0, round 0) makes that rank block where no interrupt
+reaches it — the interrupt signal masked, then a long sleep — as a rank blocked in C code does
+(DDP's backward waiting on a gloo allreduce whose peers are gone).
 Every entry into the function appends ``{"rank", "pid", "iteration", "env_iteration"}`` to
 ``$TG_RECORD``; the state is "loaded" once per process (``loads`` counts it).
 """
@@ -23,6 +26,7 @@ FAULT = json.loads(os.environ.get("TG_FAULT") or "{}")
 STEPS = int(os.environ.get("TG_STEPS", "10"))
 LOADS = {"count": 0}
 ROUND = int(os.environ.get("TRAINGUARD_RESTART_ROUND", "0"))
+BLOCK = json.loads(os.environ.get("TG_BLOCK") or "{}")
 
 
 def record(**fields):
@@ -58,6 +62,9 @@ def train(attempt):
         if do == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         if do == "hang":
+            time.sleep(600)
+        if (BLOCK.get("rank"), BLOCK.get("step"), attempt.iteration, ROUND) == (attempt.rank, step, 0, 0):
+            signal.pthread_sigmask(signal.SIG_BLOCK, {inprocess.INTERRUPT_SIGNAL})
             time.sleep(600)
         time.sleep(0.05)
     dist.barrier()

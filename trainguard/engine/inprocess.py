@@ -30,7 +30,8 @@ Carrying a round out (stages ``reenter``, ``abort``, ``barrier``): ``reenter`` e
 in every rank (the keeper sets its abort key, unless the origin rank already did), writes the
 decision (re-enter at the next iteration) and starts the dead ranks anew (a warm spare where there
 is one, with ``TRAINGUARD_INPROCESS_ITERATION`` set to the iteration they join); ``abort`` lasts
-until every live rank has torn down — a rank that does not within ``--inprocess-barrier-timeout``
+until every live rank has torn down — a rank that says it is stuck (its main thread blocked where
+no interrupt reaches, ``stuck`` record), or that does not within ``--inprocess-barrier-timeout``,
 is killed and started anew; ``barrier`` until every rank passed the next iteration's barrier.
 The loop waits for nothing else meanwhile, so hang detection pauses and restarts its clocks when
 the round ends.
@@ -114,6 +115,7 @@ class InProcess:
         self.iteration = 0
         self.ended: set[int] = set()
         self.aborted: dict[int, set[int]] = {}
+        self.stuck: dict[int, set[int]] = {}  # ranks that said their main thread is blocked
         self.reentered: dict[int, set[int]] = {}
         # Reports of follow-on errors not yet explained: (received at, rank, record).
         self.pending: list[tuple[float, int, Mapping[str, Any]]] = []
@@ -130,6 +132,8 @@ class InProcess:
             self._hello(rank, record)
         elif event == "aborted":
             self.aborted.setdefault(iteration, set()).add(rank)
+        elif event == "stuck":
+            self.stuck.setdefault(iteration, set()).add(rank)
         elif event == "reentered":
             self.reentered.setdefault(iteration, set()).add(rank)
             self.iteration = max(self.iteration, iteration)
@@ -174,6 +178,7 @@ class InProcess:
             self.gen, self.iteration = gen, 0
             self.ended.clear()
             self.aborted.clear()
+            self.stuck.clear()
             self.reentered.clear()
             self.pending.clear()
         self.hello[rank] = (_int(record.get("pid")), gen)
@@ -290,11 +295,19 @@ class InProcess:
             return failed
         started |= replace_ranks
         stages.begin("abort")
-        self._pump(lambda: self._live() - replace_ranks - started <= self.aborted.get(it, set()), timeout,
-                   replace_ranks)
+        # Every live rank tears down, or says it is stuck (blocked where no interrupt reaches).
+        self._pump(lambda: self._live() - replace_ranks - started <= self.aborted.get(it, set()) | self.stuck.get(
+            it, set()), timeout, replace_ranks)
         stuck = sorted(self._live() - replace_ranks - started - self.aborted.get(it, set()))
         if stuck:
-            notes.append(f"rank(s) {stuck} did not end iteration {it} within {timeout:g} s: killed and started anew")
+            said = sorted(set(stuck) & self.stuck.get(it, set()))
+            silent = sorted(set(stuck) - set(said))
+            if said:
+                notes.append(f"rank(s) {said} were blocked in iteration {it} where no interrupt reaches (they said "
+                             "so): killed and started anew")
+            if silent:
+                notes.append(f"rank(s) {silent} did not end iteration {it} within {timeout:g} s: killed and started "
+                             "anew")
             self.launcher.stop(stuck)
             replace_ranks |= set(stuck)
         check_signal()
@@ -309,7 +322,9 @@ class InProcess:
         missing = sorted(set(range(self.state.nproc)) - self.state.succeeded - self.reentered.get(nxt, set()))
         if missing:
             notes.append(f"rank(s) {missing} had not re-entered iteration {nxt} after {barrier:g} s")
-        record = replace(record, ranks=tuple(dead) if dead else record.ranks, stages=stages.end(),
+        # Ranks started anew after all (stuck, or died meanwhile): a recovery, not a pure re-entry.
+        action = Action.RECOVER_IN_PROCESS if dead else record.action
+        record = replace(record, action=action, ranks=tuple(dead) if dead else record.ranks, stages=stages.end(),
                          result=RoundResult.RECOVERED, notes=tuple(notes))
         self.store.close_round(record)
         self.recorder.emit(EventType.ROUND_FINISHED,

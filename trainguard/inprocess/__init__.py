@@ -37,7 +37,9 @@ SDK records (``{"type": "inprocess", "event": ...}``, one JSON line each, see
 :mod:`trainguard.sdk`): ``hello`` (``gen``, ``iteration``, ``pid``, ``address_file``), ``fault``
 (``iteration``, ``origin``, ``exc_type``, ``message``, ``traceback``: the last lines),
 ``python`` in ``hello`` is the rank's interpreter (the keeper runs with it: it has torch),
-``aborted`` (torn down, waiting for the decision), ``reentered`` (passed the barrier).
+``aborted`` (torn down, waiting for the decision), ``reentered`` (passed the barrier), ``stuck``
+(``iteration``, ``after``: the iteration was ended ``after`` seconds ago and the main thread is
+still in the function, blocked where no interrupt reaches it; the supervisor replaces the rank).
 
 Under trainguard the wrapper finds the base store in ``TRAINGUARD_INPROCESS_STORE``
 (``host:port``, set for replacements) or in the address file the supervisor's keeper writes
@@ -118,8 +120,8 @@ class GaveUp(RuntimeError):
 
 
 def restartable(*, max_iterations: int = 3, retry_on: tuple[type[BaseException], ...] = (Exception,),
-                poll_interval: float = 0.02, barrier_timeout: float = 60.0, freeze_gc: bool = True
-                ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+                poll_interval: float = 0.02, barrier_timeout: float = 60.0, freeze_gc: bool = True,
+                stuck_after: float = 2.0) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Make ``fn(attempt, *args, **kwargs)`` restartable in process; call it as ``fn(*args, **kwargs)``.
 
     :param max_iterations: without trainguard, how many in-process restarts a rank makes
@@ -132,12 +134,17 @@ def restartable(*, max_iterations: int = 3, retry_on: tuple[type[BaseException],
         (a cycle an iteration made may hold the process group) scans only what iterations made.
         Frozen objects are never collected; pass False if the process later drops large cyclic
         structures it built before calling the wrapped function.
+    :param stuck_after: under trainguard, how long after its iteration was ended a rank that has
+        not left the function (blocked in a call that does not return, such as DDP's backward
+        waiting on a gloo allreduce whose peers are gone) tells the supervisor so, which then
+        replaces it at once instead of after ``--inprocess-barrier-timeout``.
     """
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            return _Runner(fn, max_iterations, retry_on, poll_interval, barrier_timeout, freeze_gc).run(args, kwargs)
+            return _Runner(fn, max_iterations, retry_on, poll_interval, barrier_timeout, freeze_gc,
+                           stuck_after).run(args, kwargs)
 
         return wrapper
 
@@ -146,9 +153,11 @@ def restartable(*, max_iterations: int = 3, retry_on: tuple[type[BaseException],
 
 class _Runner:
     def __init__(self, fn: Callable[..., Any], max_iterations: int, retry_on: tuple[type[BaseException], ...],
-                 poll_interval: float, barrier_timeout: float, freeze_gc: bool = True) -> None:
+                 poll_interval: float, barrier_timeout: float, freeze_gc: bool = True,
+                 stuck_after: float = 2.0) -> None:
         self.fn = fn
         self.freeze_gc = freeze_gc
+        self.stuck_after = stuck_after
         self.max_iterations = max_iterations
         self.retry_on = retry_on
         self.poll = poll_interval
@@ -364,6 +373,10 @@ class _Monitor(threading.Thread):
                 if self.client.check([self.key]):
                     if not self.stopped.is_set():
                         self.runner.interrupt(self.main, self.iteration)
+                        if not self.stopped.wait(self.runner.stuck_after) and self.runner.in_fn \
+                                and self.runner.iteration == self.iteration:
+                            # The interrupt cannot reach a thread blocked in C code: say so.
+                            self.runner._send("stuck", iteration=self.iteration, after=self.runner.stuck_after)
                     return
         except Exception:  # noqa: BLE001 - a lost store ends the job through the ranks' own errors
             return

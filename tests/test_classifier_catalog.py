@@ -563,8 +563,50 @@ TUNE5_FAMILIES = [
 ]
 
 
+# Families tune6 showed missing, each in its source's own wording (not the corpus's excerpts).
+TUNE6_FAMILIES = [
+    # Open MPI's runtime lost a daemon on another node
+    ("ORTE has lost communication with a remote daemon.\n\n  HNP daemon   : [[1234,0],0] on node head\n"
+     "  Remote daemon: [[1234,0],3] on node worker-3", "node_or_infra", True, True, "TG-NODE-LOST"),
+    ("PRTE has lost communication with a remote daemon.", "node_or_infra", True, True, "TG-NODE-LOST"),
+    ("An ORTE daemon has unexpectedly failed after launch and before communicating back to mpirun.",
+     "node_or_infra", True, True, "TG-NODE-LOST"),
+    # a scheduler's agent dropped out under the task
+    ("Trial 12 was terminated: allocation failed due to agent failure: agent closed with allocated containers",
+     "node_or_infra", True, True, "TG-NODE-LOST"),
+    # slurmstepd gave up on a step its signals could not end (the node is drained)
+    ("[2024-01-01T10:00:00.000] [100.0] error: *** STEP 100.0 STEPD TERMINATED ON gpu07 AT 2024-01-01T10:01:00 "
+     "DUE TO JOB NOT ENDING WITH SIGNALS ***", "node_or_infra", True, True, "TG-SLURM-STEP-KILL"),
+    # the registry timed out under the kubelet's pull
+    ('Failed to pull image "registry.example.com/train:1.0": rpc error: code = Unknown desc = Error response from '
+     "daemon: Get https://registry.example.com/v2/: net/http: TLS handshake timeout", "node_or_infra", True, False,
+     "TG-K8S-IMAGE-PULL-TRANSIENT"),
+    # HCCL's collective timeouts (Ascend)
+    ("EI0006: Getting socket times out. Reason: Remote Rank did not send the data in time.", "nccl_timeout", True,
+     False, "TG-NCCL-TIMEOUT"),
+    ("EI0002: The wait execution of the Notify register times out.", "nccl_timeout", True, False,
+     "TG-NCCL-TIMEOUT"),
+    # memory over a limit the job itself set
+    ("CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62", "cuda_oom", False, False, "TG-CUDA-OOM"),
+    ("slurmstepd: error: Job 42 exceeded memory limit (9000000 > 8192000), being killed", "host_oom", False, False,
+     "TG-HOST-OOM-LIMIT"),
+    ("Worker exits with an exit code None. The worker may have exceeded K8s pod memory limits.", "host_oom", False,
+     False, "TG-K8S-OOMKILLED"),
+    # start-up lines with nothing after them
+    ("Loading checkpoint shards:  60%|######    | 3/5 [00:10<00:07,  3.5s/it]", "hang_or_stuck", True, False,
+     "TG-START-STALL"),
+    ("Loading checkpoint shards: 100%|##########| 4/4 [00:08<00:00,  2.1s/it]\n"
+     "No pre-built kernel is found, build and load the fused_optim kernel during runtime now",
+     "hang_or_stuck", True, False, "TG-START-STALL"),
+    # fairseq's epoch stats (values quoted)
+    ('2024-01-01 10:00:00 | INFO | train | {"epoch": 3, "train_loss": "4.512", "train_wps": "1200.5"}\n'
+     "2024-01-01 10:00:00 | INFO | fairseq_cli.train | end of epoch 3 (average epoch stats below)",
+     "success_or_benign", True, False, "TG-PROGRESS"),
+]
+
+
 # (line, category, retryable, node fault, fault code): every table above.
-FAMILIES = WIDENED + TUNE3_FAMILIES + TUNE4_FAMILIES + TUNE5_FAMILIES
+FAMILIES = WIDENED + TUNE3_FAMILIES + TUNE4_FAMILIES + TUNE5_FAMILIES + TUNE6_FAMILIES
 
 
 @pytest.mark.parametrize("text,category,retryable,node_fault,code", FAMILIES,
@@ -621,6 +663,28 @@ TUNE5_NEAR_MISSES = [
 
 @pytest.mark.parametrize("text,category,code", TUNE5_NEAR_MISSES, ids=lambda v: v[:48] if isinstance(v, str) else "")
 def test_the_tune5_near_misses_keep_their_verdict(text, category, code):
+    verdict = classify(text)
+    assert (verdict.category.value, verdict.fault_code) == (category, code), verdict.classifier
+
+
+# The tune6 families' words without their fault: each must keep the verdict it had.
+TUNE6_NEAR_MISSES = [
+    # shards loaded, then training runs: progress, not a stall
+    ("Loading checkpoint shards: 100%|##########| 4/4 [00:08<00:00,  2.1s/it]\n{'loss': 2.31, 'epoch': 0.1}\n",
+     "success_or_benign", "TG-PROGRESS"),
+    # a pull that failed because the image is not there is the pod spec's
+    ('Failed to pull image "registry.example.com/train:1.0": manifest unknown', "user_code", "TG-K8S-CONFIG"),
+    # a step cancelled by someone, with no unkillable aftermath
+    ("slurmstepd: error: *** STEP 100.0 ON gpu07 CANCELLED AT 2024-01-01T10:00:00 ***", "node_or_infra",
+     "TG-CANCELLED"),
+    # a Ray worker dead with no memory notice stays a system failure
+    ("The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR", "node_or_infra",
+     "TG-NODE-LOST"),
+]
+
+
+@pytest.mark.parametrize("text,category,code", TUNE6_NEAR_MISSES, ids=lambda v: v[:48] if isinstance(v, str) else "")
+def test_the_tune6_near_misses_keep_their_verdict(text, category, code):
     verdict = classify(text)
     assert (verdict.category.value, verdict.fault_code) == (category, code), verdict.classifier
 

@@ -1,7 +1,7 @@
 """Classifier quality on the repository's corpus, and classification time.
 
 Reads only ``tests/data/faultlogs/``: ``dev.jsonl`` and every ``tune*.jsonl`` (what the catalog
-was tuned on: ``tune.jsonl``, ``tune3.jsonl``, ``tune4.jsonl``, ``tune5.jsonl`` and ``tune6.jsonl`` from the splits, ``tune2.jsonl`` collected later
+was tuned on: ``tune.jsonl``, ``tune3.jsonl``, ``tune4.jsonl`` … ``tune7.jsonl`` from the splits, ``tune2.jsonl`` collected later
 from other threads) and every ``holdout*.jsonl`` (never tuned on, only scored). For each set it prints the
 category and retryable accuracy, node-fault accuracy, how many user_code excerpts were marked
 retryable, per-category precision and recall, and the confusion matrix; then the time to
@@ -77,7 +77,8 @@ SPLITS = ((("collected_a.jsonl", "collected_b.jsonl"), "tune.jsonl", "holdout.js
           (("collected_c.jsonl", "collected_d.jsonl"), "tune3.jsonl", "holdout2.jsonl"),
           (("collected_e.jsonl", "collected_f.jsonl"), "tune4.jsonl", "holdout3.jsonl"),
           (("collected_g.jsonl", "collected_h.jsonl"), "tune5.jsonl", "holdout4.jsonl"),
-          (("collected_i.jsonl", "collected_j.jsonl"), "tune6.jsonl", "holdout5.jsonl"))
+          (("collected_i.jsonl", "collected_j.jsonl"), "tune6.jsonl", "holdout5.jsonl"),
+          (("collected_k.jsonl", "collected_l.jsonl"), "tune7.jsonl", "holdout6.jsonl"))
 
 
 def split() -> None:

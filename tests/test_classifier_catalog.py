@@ -605,8 +605,47 @@ TUNE6_FAMILIES = [
 ]
 
 
+# Families the tune7 excerpts showed, in the wording the software prints (not the excerpts').
+TUNE7_FAMILIES = [
+    # Ray's OutOfMemoryError advice, kept by a truncated job log without its first sentence
+    ("(ActorModelRayActor pid=100) Refer to the documentation on how to address the out of memory issue: "
+     "https://docs.ray.io/en/latest/ray-core/scheduling/ray-oom-prevention.html.", "host_oom", False, False,
+     "TG-HOST-OOM"),
+    ("To adjust the kill threshold, set the environment variable `RAY_memory_usage_threshold` when starting Ray.",
+     "host_oom", False, False, "TG-HOST-OOM"),
+    # PyTorch's DataLoader worker killed by SIGBUS, the signal name wrapped, and its /dev/shm hint
+    ("RuntimeError: DataLoader worker (pid 4242) is killed by signal: \nBus error. ", "segfault_or_signal", False,
+     False, "TG-WORKER-CRASH"),
+    ("ERROR: It is possible that dataloader's workers are out of shared memory. Please try to raise your shared "
+     "memory limit.", "segfault_or_signal", False, False, "TG-WORKER-CRASH"),
+    # gRPC UNAVAILABLE while TensorFlow's master sets up the cluster session
+    ("E tensorflow/core/distributed_runtime/master.cc:267] Master init: Unavailable: Socket closed",
+     "node_or_infra", True, False, "TG-NETWORK"),
+    ("I tensorflow/core/distributed_runtime/master.cc:221] CreateSession still waiting for response from worker: "
+     "/job:worker/replica:0/task:3", "node_or_infra", True, False, "TG-NETWORK"),
+    ('UnknownError: {"created":"@1.0","description":"Error received from peer","file_line":1,"grpc_status":14,'
+     '"grpc_message":"Connection reset by peer"}', "node_or_infra", True, False, "TG-NETWORK"),
+    # a failed glog/absl CHECK in C++ framework code
+    ("F0101 10:00:00.000000  1234 graph_builder.cpp:88] Check failed: shape.NumAxes() == 2 (3 vs. 2) ",
+     "user_code", False, False, "TG-USER-EXCEPTION"),
+    ("*** Check failure stack trace: ***\n    @     0x7f00deadbeef  google::LogMessage::Fail()", "user_code", False,
+     False, "TG-USER-EXCEPTION"),
+    # MXNet's Speedometer and fit loop
+    ("INFO:root:Epoch[3] Batch [100]\tSpeed: 812.55 samples/sec\taccuracy=0.512", "success_or_benign", True, False,
+     "TG-PROGRESS"),
+    ("INFO:root:Epoch[3] Time cost=41.203\nINFO:root:Epoch[3] Validation-top_k_accuracy_5=0.91",
+     "success_or_benign", True, False, "TG-PROGRESS"),
+    # deepspeed.initialize's version line, then nothing
+    ("[2024-01-01 10:00:00,000] [INFO] [logging.py:96:log_dist] [Rank 0] DeepSpeed info: version=0.12.6, "
+     "git-hash=abc123, git-branch=master", "hang_or_stuck", True, False, "TG-START-STALL"),
+    # the log ends on a tqdm bar stuck at 0%, with the bar's description before it
+    ("Training Progress:   0%|          | 0/125 [12:03<?, ?it/s]", "hang_or_stuck", False, False, "TG-INIT-STALL"),
+    ("Epoch 0:   0%|          | 0/500 [00:40<?, ?it/s]\n", "hang_or_stuck", False, False, "TG-INIT-STALL"),
+]
+
+
 # (line, category, retryable, node fault, fault code): every table above.
-FAMILIES = WIDENED + TUNE3_FAMILIES + TUNE4_FAMILIES + TUNE5_FAMILIES + TUNE6_FAMILIES
+FAMILIES = WIDENED + TUNE3_FAMILIES + TUNE4_FAMILIES + TUNE5_FAMILIES + TUNE6_FAMILIES + TUNE7_FAMILIES
 
 
 @pytest.mark.parametrize("text,category,retryable,node_fault,code", FAMILIES,
@@ -683,8 +722,28 @@ TUNE6_NEAR_MISSES = [
 ]
 
 
-@pytest.mark.parametrize("text,category,code", TUNE6_NEAR_MISSES, ids=lambda v: v[:48] if isinstance(v, str) else "")
-def test_the_tune6_near_misses_keep_their_verdict(text, category, code):
+# The tune7 families' words without their fault: each must keep the verdict it had.
+TUNE7_NEAR_MISSES = [
+    # a zero bar that later moves on is no stall
+    ("  0%|          | 0/500 [02:00<?, ?it/s]\n 10%|#         | 50/500 [03:00<27:00,  3.60s/it]", "unknown",
+     "TG-UNKNOWN"),
+    # the DeepSpeed version line followed by training is progress
+    ("[Rank 0] DeepSpeed info: version=0.12.6, git-hash=abc123, git-branch=master\n{'loss': 2.31, 'epoch': 0.1}",
+     "success_or_benign", "TG-PROGRESS"),
+    # a gloo peer reset without gRPC's status stays a collective transport error
+    ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection reset by peer",
+     "nccl_error", "TG-COMM-ERROR"),
+    # a bar at 100% with a description is not one stuck at 0%
+    ("Epoch 0: 100%|##########| 500/500 [12:03<00:00,  1.45s/it]", "success_or_benign", "TG-PROGRESS"),
+    # a CHECK that names device memory is the memory, not the program
+    ("F0101 10:00:00.000000  1234 allocator.cc:50] Check failed: ptr != nullptr CUDA out of memory. Tried to "
+     "allocate 2.00 GiB", "cuda_oom", "TG-CUDA-OOM"),
+]
+
+
+@pytest.mark.parametrize("text,category,code", TUNE6_NEAR_MISSES + TUNE7_NEAR_MISSES,
+                         ids=lambda v: v[:48] if isinstance(v, str) else "")
+def test_the_tune6_and_tune7_near_misses_keep_their_verdict(text, category, code):
     verdict = classify(text)
     assert (verdict.category.value, verdict.fault_code) == (category, code), verdict.classifier
 

@@ -1,9 +1,9 @@
 """Classifier quality on the repository's corpus, and classification time.
 
 Reads only ``tests/data/faultlogs/``: ``dev.jsonl`` and every ``tune*.jsonl`` (what the catalog
-was tuned on: ``tune.jsonl``, ``tune3.jsonl``, ``tune4.jsonl`` … ``tune7.jsonl`` from the splits, ``tune2.jsonl`` collected later
-from other threads) and every ``holdout*.jsonl`` (never tuned on, only scored). For each set it prints the
-category and retryable accuracy, node-fault accuracy, how many user_code excerpts were marked
+was tuned on: ``tune.jsonl`` and ``tune3.jsonl`` … ``tune7.jsonl`` from the splits, ``tune2.jsonl``
+collected between them from other threads) and every ``holdout*.jsonl`` (never tuned on, only
+scored). For each set, and for all holdouts together, it prints the category and retryable accuracy, node-fault accuracy, how many user_code excerpts were marked
 retryable, per-category precision and recall, and the confusion matrix; then the time to
 classify a 1 GB log file (only its tail is read, so it costs what a small one does).
 
@@ -11,7 +11,7 @@ classify a 1 GB log file (only its tail is read, so it costs what a small one do
     python bench/classify.py --split     # once per batch: collected_*.jsonl -> tune*.jsonl + holdout*.jsonl
 
 ``--misses`` lists the excerpts of the tuning sets that were classified wrongly (never those
-of the holdout set, whose texts are not for writing patterns).
+of the holdout sets, whose texts are not for writing patterns).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import pytest
 from trainguard.cli import main
 from trainguard.engine import supervise
 from trainguard.errors import PolicyError
-from trainguard.frameworks import for_job, parse_roles, role_of
+from trainguard.frameworks import FRAMEWORKS, for_job, parse_roles, role_of
 from trainguard.frameworks import mpi as mpi_fw
 from trainguard.frameworks.horovod import hosts_lines
 from trainguard.frameworks.horovod import wrap as horovod_wrap
@@ -336,3 +336,17 @@ def test_horovods_own_discovery_reads_trainguard_hosts(tmp_path):
     with RunStore(state) as store:
         isolate(store, "hvd", "node-1")
     assert horovod_sees() == {"localhost": 4}
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_each_frameworks_plugins_load_beside_the_catalog(framework, tmp_path):
+    """A framework's log patterns join the catalog when its job starts: an id the catalog also
+    uses would stop every job of that framework before its first rank (one clear error)."""
+    from trainguard.hooks import PluginHost
+
+    roles = (("chief", 1), ("worker", 1)) if framework == "tensorflow" else ()
+    spec = JobSpec(job_id="fw", command=("true",), nproc=2, framework=framework, roles=roles)
+    host = PluginHost(load_entry_points=False, plugins=dict(for_job(spec, build_policy({}), tmp_path).plugins()))
+    ids = [pattern.id for pattern in host.patterns()]
+    assert len(ids) == len(set(ids)) and len(ids) > 100
+

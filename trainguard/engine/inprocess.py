@@ -2,7 +2,7 @@
 
 A job whose ranks run their training function under ``@inprocess.restartable()`` says so with
 an SDK ``hello`` record. The first hello starts the *store keeper*
-(:mod:`trainguard.inprocess.keeper`), a small process that hosts the base ``TCPStore`` of the
+(:mod:`trainguard.inprocess.keeper`, through :mod:`trainguard.engine.store_keeper`), a small process that hosts the base ``TCPStore`` of the
 in-process protocol where no rank's death can take it; the supervisor itself never imports
 torch and reaches the store through the keeper's stdin. Jobs that never say hello recover
 exactly as before: nothing here runs for them.
@@ -47,7 +47,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -58,6 +57,7 @@ from trainguard.engine.inbox import SdkInbox
 from trainguard.engine.launcher import Launcher, StartFailed
 from trainguard.engine.recorder import Recorder
 from trainguard.engine.state import Clock, JobState
+from trainguard.engine.store_keeper import StoreKeeper
 from trainguard.model import (
     Action,
     Decision,
@@ -106,9 +106,7 @@ class InProcess:
         self.recover = "recover" in strategies
         self.recover_in_place = "recover-in-place" in strategies or self.recover
         self.enabled = (self.retry or self.recover_in_place) and policy.job_execution_mode is ExecutionMode.SYNC
-        self.keeper: subprocess.Popen[bytes] | None = None
-        self.address_file: Path | None = None
-        self.address = ""
+        self.keeper: StoreKeeper | None = None  # from the first hello on
         # Per rank: (pid, generation) of its last hello; the generation's current iteration.
         self.hello: dict[int, tuple[int, str]] = {}
         self.gen = ""
@@ -150,13 +148,8 @@ class InProcess:
 
     def check(self) -> Fault | None:
         """Follow-on reports that no fault explained within :data:`SETTLE`: the earliest is one."""
-        if self.keeper is not None and self.keeper.poll() is not None and not self._address():
-            # The keeper could not start: the ranks run their function once, as unwrapped.
-            log.warning("[%s] the in-process store keeper ended (exit %s): in-process recovery is off",
-                        self.job_id, self.keeper.returncode)
-            self.keeper = None
-            assert self.address_file is not None
-            self.address_file.write_text(json.dumps({"disabled": True}))
+        if self.keeper is not None:
+            self.keeper.check_started()
         if not self.pending or self.clock.mono() - self.pending[0][0] < SETTLE:
             return None
         pending, self.pending = self.pending, []
@@ -183,22 +176,11 @@ class InProcess:
             self.pending.clear()
         self.hello[rank] = (_int(record.get("pid")), gen)
         path, python = record.get("address_file"), record.get("python")
-        if self.address_file is None and isinstance(path, str) and path:
-            self.address_file = Path(path)
-            self._start_keeper(python if isinstance(python, str) and python else sys.executable)
-
-    def _start_keeper(self, python: str) -> None:
-        assert self.address_file is not None
-        self.address_file.unlink(missing_ok=True)
-        if not self.enabled:
-            self.address_file.write_text(json.dumps({"disabled": True}))
-            return
-        host = "127.0.0.1" if getattr(self.adapter, "name", "") == "local" else os.uname().nodename
-        # The rank's interpreter: it has torch, which the supervisor's need not have.
-        self.keeper = subprocess.Popen([python, "-m", "trainguard.inprocess.keeper", str(self.address_file), host],
-                                       stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                       close_fds=True)
-        log.info("[%s] in-process store keeper started (pid %s)", self.job_id, self.keeper.pid)
+        if self.keeper is None and isinstance(path, str) and path:
+            host = "127.0.0.1" if getattr(self.adapter, "name", "") == "local" else os.uname().nodename
+            # The rank's interpreter: it has torch, which the supervisor's need not have.
+            self.keeper = StoreKeeper(self.job_id, Path(path), host=host, enabled=self.enabled,
+                                      python=python if isinstance(python, str) and python else sys.executable)
 
     def _fault(self, rank: int, record: Mapping[str, Any]) -> Fault:
         at = record.get("t")
@@ -217,7 +199,7 @@ class InProcess:
 
     def active(self) -> bool:
         """Whether every running rank of the current start is wrapped and the keeper is up."""
-        if self.keeper is None or self.keeper.poll() is not None or not self._address():
+        if self.keeper is None or not self.keeper.up():
             return False
         for rank in range(self.state.nproc):
             instance = self.state.instances.get(rank)
@@ -375,37 +357,16 @@ class InProcess:
                     self.inbox.apply(rank, rec)
 
     def _address(self) -> str:
-        if not self.address and self.address_file is not None:
-            try:
-                data = json.loads(self.address_file.read_text())
-                self.address = f"{data['host']}:{data['port']}" if data.get("port") else ""
-            except (OSError, ValueError, KeyError):
-                return ""
-        return self.address
+        return self.keeper.address() if self.keeper is not None else ""
 
     def _set(self, key: str, value: str) -> None:
-        if self.keeper is None or self.keeper.stdin is None:
-            return
-        try:
-            self.keeper.stdin.write(json.dumps({"set": key, "value": value}).encode() + b"\n")
-            self.keeper.stdin.flush()
-        except OSError as exc:
-            log.warning("[%s] the in-process store keeper is gone: %s", self.job_id, exc)
+        if self.keeper is not None:
+            self.keeper.set(key, value)
 
     def close(self) -> None:
         """Stop the keeper (after the ranks: they may still read the store while stopping)."""
-        if self.keeper is None:
-            return
-        if self.keeper.stdin is not None:
-            self.keeper.stdin.close()
-        try:
-            self.keeper.wait(5)
-        except subprocess.TimeoutExpired:
-            self.keeper.kill()
-            self.keeper.wait()
-        if self.address_file is not None:
-            self.address_file.unlink(missing_ok=True)
-        self.keeper = None
+        if self.keeper is not None:
+            self.keeper.close()
 
 
 def _int(value: Any) -> int:

@@ -66,6 +66,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable
 
+from trainguard.inprocess.monitor import Monitor
+
 __all__ = ["ADDRESS_FILE", "Attempt", "Fault", "GaveUp", "INTERRUPT_SIGNAL", "ITERATION_VAR", "Interrupted",
            "restartable"]
 
@@ -78,9 +80,6 @@ INTERRUPT_SIGNAL = signal.SIGUSR2
 FOLLOW_ON = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "Interrupted",
              "ProcessGroup", "Socket Timeout", "Connection refused")
 _TRACEBACK_LINES = 40
-# How long ending an iteration waits for its monitor thread; a store call returns in
-# milliseconds, or fails when the store is gone.
-_STOP_GRACE = 10.0
 
 
 @dataclass(frozen=True)
@@ -193,9 +192,9 @@ class _Runner:
             while True:
                 if iteration > 0:
                     self._barrier(iteration, timeout)
-                self._send("reentered", iteration=iteration)
+                self.send("reentered", iteration=iteration)
                 attempt = Attempt(iteration, self.rank, self.world_size, self._prefixed(iteration), fault)
-                monitor = _Monitor(self, self._key("abort", iteration), iteration)
+                monitor = Monitor(self, self._key("abort", iteration), iteration)
                 retry = True
                 try:
                     self.iteration, self.pending, self.in_fn = iteration, False, True
@@ -214,7 +213,7 @@ class _Runner:
                 # destroying the process group closes its connections and frees the peers.
                 del attempt
                 self._teardown()
-                self._send("aborted", iteration=iteration)
+                self.send("aborted", iteration=iteration)
                 decision = self._decision(iteration, fault, retry)
                 if decision.get("do") != "reenter":
                     raise GaveUp(f"rank {self.rank}: not restarted in process after {fault} "
@@ -241,7 +240,7 @@ class _Runner:
         if not isinstance(exc, Interrupted):
             print(f"[trainguard.inprocess] rank {self.rank} iteration {iteration}:\n{text}", file=sys.stderr,
                   end="", flush=True)
-        self._send("fault", iteration=iteration, origin=fault.origin, exc_type=fault.exc_type,
+        self.send("fault", iteration=iteration, origin=fault.origin, exc_type=fault.exc_type,
                    message=fault.message, traceback=fault.traceback)
         return fault
 
@@ -276,7 +275,7 @@ class _Runner:
 
         if self.channel:
             address_file = os.path.join(os.path.dirname(self.channel), ADDRESS_FILE)
-            self._send("hello", iteration=iteration, gen=self.gen, pid=os.getpid(), address_file=address_file,
+            self.send("hello", iteration=iteration, gen=self.gen, pid=os.getpid(), address_file=address_file,
                        python=sys.executable)
             self.address = os.environ.get(STORE_VAR) or ""
             deadline = time.monotonic() + 300
@@ -285,7 +284,7 @@ class _Runner:
                 self.address = self.address or _read_address(address_file)
                 if self.address and self.address != "disabled":
                     try:
-                        return self._client()
+                        return self.client()
                     except RuntimeError:
                         self.address = ""  # a keeper of an earlier supervisor: wait for this one's
                 if time.monotonic() > deadline:
@@ -303,14 +302,14 @@ class _Runner:
         return TCPStore(host, int(port), is_master=self.rank == 0, timeout=timedelta(seconds=300),
                         wait_for_workers=False)
 
-    def _client(self) -> Any:
+    def client(self) -> Any:
         """A connection to the base store (the monitor thread has its own)."""
         from torch.distributed import TCPStore
 
         host, _, port = self.address.rpartition(":")
         return TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=30))
 
-    def _send(self, event: str, **fields: Any) -> None:
+    def send(self, event: str, **fields: Any) -> None:
         self._send_raw({"type": "inprocess", "event": event, **fields})
 
     def _send_raw(self, record: dict[str, Any]) -> None:
@@ -352,43 +351,6 @@ class _Runner:
         # A full collection: what holds the group may be any cycle an iteration made (a DDP
         # module and its hooks), old enough to sit in the oldest generation.
         gc.collect()
-
-
-class _Monitor(threading.Thread):
-    """Polls the iteration's abort key and interrupts the main thread when someone set it."""
-
-    def __init__(self, runner: _Runner, key: str, iteration: int) -> None:
-        super().__init__(name="trainguard-inprocess-monitor", daemon=True)
-        self.runner = runner
-        self.key = key
-        self.iteration = iteration
-        self.main = threading.get_ident()
-        self.stopped = threading.Event()
-        self.client: Any = None
-
-    def run(self) -> None:
-        try:
-            self.client = self.runner._client()
-            while not self.stopped.wait(self.runner.poll):
-                if self.client.check([self.key]):
-                    if not self.stopped.is_set():
-                        self.runner.interrupt(self.main, self.iteration)
-                        if not self.stopped.wait(self.runner.stuck_after) and self.runner.in_fn \
-                                and self.runner.iteration == self.iteration:
-                            # The interrupt cannot reach a thread blocked in C code: say so.
-                            self.runner._send("stuck", iteration=self.iteration, after=self.runner.stuck_after)
-                    return
-        except Exception:  # noqa: BLE001 - a lost store ends the job through the ranks' own errors
-            return
-
-    def stop(self) -> None:
-        """Stop polling and wait for the thread to leave the store call it may be in: a daemon
-        thread still inside a C++ call (``Store.check`` releases the GIL) when the interpreter
-        finalizes is unwound by ``pthread_exit`` through a ``noexcept`` frame — SIGABRT,
-        "terminate called without an active exception" — after the job's work is done."""
-        self.stopped.set()
-        if self.is_alive() and self is not threading.current_thread():
-            self.join(timeout=_STOP_GRACE)
 
 
 def _read_address(path: str) -> str:

@@ -14,7 +14,13 @@ def ecc_scan(ctx) -> float:
     return 1.0
 
 
+def site_marker(ctx) -> float:
+    """Passes everywhere: shows an item ran on every node, with no speed to compare."""
+    return 1.0
+
+
 class SitePlugin:
     @hookimpl
     def trainguard_sanity_items(self):
-        return [SanityItem("ecc_scan", Scope.NODE, "helpers.sanity_site_items:ecc_scan", "pass")]
+        return [SanityItem("ecc_scan", Scope.NODE, "helpers.sanity_site_items:ecc_scan", "pass"),
+                SanityItem("site_marker", Scope.NODE, "helpers.sanity_site_items:site_marker", "pass")]

@@ -1,11 +1,13 @@
 """Classifier quality on the repository's corpus, and classification time.
 
 Reads only ``tests/data/faultlogs/``: ``dev.jsonl`` and every ``tune*.jsonl`` (what the catalog
-was tuned on: ``tune.jsonl`` and ``tune3.jsonl`` … ``tune7.jsonl`` from the splits, ``tune2.jsonl``
+was tuned on: ``tune.jsonl`` and ``tune3.jsonl`` … ``tune8.jsonl`` from the splits, ``tune2.jsonl``
 collected between them from other threads) and every ``holdout*.jsonl`` (never tuned on, only
-scored). For each set, and for all holdouts together, it prints the category and retryable accuracy, node-fault accuracy, how many user_code excerpts were marked
-retryable, per-category precision and recall, and the confusion matrix; then the time to
-classify a 1 GB log file (only its tail is read, so it costs what a small one does).
+scored). For each set, and for all holdouts together, it prints the category and retryable
+accuracy, node-fault accuracy, how many user_code excerpts were marked retryable, per-category
+precision and recall with the retryable flags right per label, and the confusion matrix; then
+the time to classify a 1 GB log file (only its tail is read, so it costs what a small one does).
+Set ``TRAINGUARD_LEARNED_FALLBACK=0`` to score the catalog alone.
 
     python bench/classify.py [--big-log-gb 1] [--misses]
     python bench/classify.py --split     # once per batch: collected_*.jsonl -> tune*.jsonl + holdout*.jsonl
@@ -78,7 +80,8 @@ SPLITS = ((("collected_a.jsonl", "collected_b.jsonl"), "tune.jsonl", "holdout.js
           (("collected_e.jsonl", "collected_f.jsonl"), "tune4.jsonl", "holdout3.jsonl"),
           (("collected_g.jsonl", "collected_h.jsonl"), "tune5.jsonl", "holdout4.jsonl"),
           (("collected_i.jsonl", "collected_j.jsonl"), "tune6.jsonl", "holdout5.jsonl"),
-          (("collected_k.jsonl", "collected_l.jsonl"), "tune7.jsonl", "holdout6.jsonl"))
+          (("collected_k.jsonl", "collected_l.jsonl"), "tune7.jsonl", "holdout6.jsonl"),
+          (("collected_m.jsonl", "collected_n.jsonl"), "tune8.jsonl", "holdout7.jsonl"))
 
 
 def split() -> None:
@@ -153,14 +156,20 @@ def report(name: str, rows: list[dict[str, Any]], verdicts: list[Verdict], misse
           f"unknown: {s['unknown']}")
     predicted_labels = sorted({v.category.value for v in verdicts} - set(LABELS))
     columns = list(LABELS) + predicted_labels
-    print(f"  {'label':<20} {'precision':>9} {'recall':>7} {'n':>4}")
+    # retryable: how many of the label's excerpts got the right flag, and of the wrong ones how
+    # many were said retryable (+) and not retryable (-) against the label.
+    print(f"  {'label':<20} {'precision':>9} {'recall':>7} {'n':>4}   retryable right (wrong: +said / -said)")
     for label in LABELS:
         predicted = sum(1 for v in verdicts if v.category.value == label)
         actual = sum(1 for r in rows if r["label"] == label)
         hits = sum(1 for r, v in zip(rows, verdicts) if v.category.value == label == r["label"])
         precision = f"{hits / predicted:.2f}" if predicted else "-"
         recall = f"{hits / actual:.2f}" if actual else "-"
-        print(f"  {label:<20} {precision:>9} {recall:>7} {actual:>4}")
+        flags = [(r["retryable"], v.retryable) for r, v in zip(rows, verdicts) if r["label"] == label]
+        right = sum(gold == said for gold, said in flags)
+        plus = sum(said and not gold for gold, said in flags)
+        retry = f"{right}/{len(flags)} (+{plus} / -{len(flags) - right - plus})" if flags else "-"
+        print(f"  {label:<20} {precision:>9} {recall:>7} {actual:>4}   {retry}")
     matrix = collections.Counter((r["label"], v.category.value) for r, v in zip(rows, verdicts))
     short = {label: label[:6] for label in columns}
     print("  confusion (rows: label, columns: verdict)")

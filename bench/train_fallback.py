@@ -1,7 +1,7 @@
 """Train the learned fallback classifier (``trainguard/plugins/learned_classifier.py``).
 
-Reads only the tuning files of ``tests/data/faultlogs/`` (``dev.jsonl``, ``tune.jsonl``,
-``tune2.jsonl``, ``tune3.jsonl``; never a ``holdout*`` or ``collected_*`` file), fits a
+Reads only the tuning files of ``tests/data/faultlogs/`` (``dev.jsonl`` and every
+``tune*.jsonl``; never a ``holdout*`` or ``collected_*`` file), fits a
 multinomial naive Bayes model over each excerpt's distinct words, picks the decision threshold
 and the temper of the word weights by leave-one-file-out cross-validation on those files, and
 writes ``trainguard/plugins/learned_model.json``. Deterministic: the same files give the same
@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from trainguard.plugins.learned_classifier import FAMILY, MODEL, Model, tokens  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "faultlogs"
-TUNING = ("dev.jsonl", "tune.jsonl", "tune2.jsonl", "tune3.jsonl")
+# dev.jsonl and every tuning part of a split (tune.jsonl, tune2.jsonl, ...), in a fixed order.
+TUNING = ("dev.jsonl", *sorted(path.name for path in DATA.glob("tune*.jsonl")))
 LABELS = ("nccl_timeout", "nccl_error", "cuda_oom", "host_oom", "gpu_hardware", "node_or_infra", "user_code",
           "hang_or_stuck", "segfault_or_signal", "success_or_benign")
 ALPHA = 0.5        # additive smoothing
@@ -34,7 +35,6 @@ MIN_DOCS = 2       # a word must appear in this many excerpts to be a feature
 SCALES = (1.0, 0.5, 0.3, 0.2, 0.1)
 MIN_THRESHOLD = 0.5
 DIGITS = 4
-USER_CODE_RETRY = 5  # what marking a user-code fault retryable costs in the threshold choice
 
 
 def load(name: str) -> list[dict[str, Any]]:
@@ -64,15 +64,11 @@ def fit(rows: list[dict[str, Any]], scale: float = 1.0, threshold: float = 1.0) 
     return {"labels": list(LABELS), "prior": prior, "weights": weights, "scale": scale, "threshold": threshold}
 
 
-def gain(label: str, retryable: bool, predicted: str) -> int:
-    """What deciding ``predicted`` adds over ``unknown`` (not retryable): +1 for the right
-    category, +1/-1 for the retryable flag it fixes or breaks, and -USER_CODE_RETRY for a
-    user-code fault marked retryable (issue 13's one hard rule)."""
-    if predicted not in FAMILY:
-        return 0
-    guessed = FAMILY[predicted][1] and predicted != "user_code"
-    penalty = USER_CODE_RETRY if guessed and label == "user_code" else 0
-    return int(predicted == label) + int(guessed == retryable) - int(retryable is False) - penalty
+def gain(label: str, predicted: str) -> int:
+    """What deciding ``predicted`` adds over ``unknown``: +1 for the right category. A wrong one
+    costs what unknown does: the verdict is never retryable and never a node fault, so the
+    supervisor decides as it would for unknown, and ``learned:`` in its name says it is a guess."""
+    return int(predicted in FAMILY and predicted == label)
 
 
 def cross_validate(files: dict[str, list[dict[str, Any]]], scale: float) -> list[tuple[float, str, dict[str, Any]]]:
@@ -92,8 +88,7 @@ def best_threshold(predictions: list[tuple[float, str, dict[str, Any]]]) -> tupl
     candidates = sorted({round(p, DIGITS) for p, _, _ in predictions if p >= MIN_THRESHOLD} | {1.0})
     best = (1.0, 0)
     for t in candidates:
-        total = sum(gain(row["label"], row["retryable"], predicted)
-                    for p, predicted, row in predictions if p >= t)
+        total = sum(gain(row["label"], predicted) for p, predicted, row in predictions if p >= t)
         if total > best[1] or (total == best[1] and t > best[0]):
             best = (t, total)
     return best
@@ -104,12 +99,8 @@ def summary(predictions: list[tuple[float, str, dict[str, Any]]], threshold: flo
     accuracy = sum(predicted == row["label"] for _, predicted, row in predictions) / n
     decided = [(predicted, row) for p, predicted, row in predictions if p >= threshold and predicted in FAMILY]
     right = sum(predicted == row["label"] for predicted, row in decided)
-    retry = sum((FAMILY[predicted][1] and predicted != "user_code") == row["retryable"] for predicted, row in decided)
-    user_retry = sum(FAMILY[predicted][1] and predicted != "user_code" and row["label"] == "user_code"
-                     for predicted, row in decided)
     return (f"top-1 accuracy {accuracy:.3f} over {n}; at threshold {threshold:.4f} it decides {len(decided)} "
-            f"({len(decided) / n:.0%}), category right {right}/{len(decided)}, retryable right {retry}/{len(decided)}, "
-            f"user_code marked retryable {user_retry}")
+            f"({len(decided) / n:.0%}), category right {right}/{len(decided)}")
 
 
 def train(verbose: bool = True) -> str:

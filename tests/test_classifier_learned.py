@@ -1,8 +1,9 @@
 """The learned fallback classifier (trainguard/plugins/learned_classifier.py, issue 13 item 4).
 
-The excerpts here are synthetic, written for these tests (no corpus text). The fallback is off
-by default (it did not beat the patterns alone on the untouched holdout files), so the tests
-that need it turn it on with TRAINGUARD_LEARNED_FALLBACK=1.
+The excerpts here are synthetic, written for these tests (no corpus text). The fallback is on
+by default (it beats the patterns alone on the untouched holdout files); the tests that need it
+say so with TRAINGUARD_LEARNED_FALLBACK=1 all the same, so that a user's environment cannot
+turn them into tests of the catalog.
 """
 
 from __future__ import annotations
@@ -48,12 +49,12 @@ def test_training_script_reproduces_the_shipped_model():
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_registered_and_off_by_default(monkeypatch):
+def test_registered_on_by_default_and_can_be_turned_off(monkeypatch):
     assert "learned_classifier" in HOST.plugin_names
     monkeypatch.delenv(learned_classifier.ENABLE_VAR, raising=False)
-    assert learned_classifier.enabled() is learned_classifier.ENABLED_BY_DEFAULT
-    if not learned_classifier.ENABLED_BY_DEFAULT:
-        assert classify(CUDA_OOM).category.value == "unknown"
+    assert classify(CUDA_OOM).classifier == "learned:cuda_oom"
+    monkeypatch.setenv(learned_classifier.ENABLE_VAR, "0")
+    assert classify(CUDA_OOM).category.value == "unknown"
 
 
 @pytest.mark.parametrize("text, label, code", [
@@ -67,9 +68,9 @@ def test_a_no_pattern_excerpt_gets_the_learned_verdict(enabled, text, label, cod
     assert catalog_for(patterns).matches(text) == []  # no pattern speaks of it
     verdict = classify(text)
     assert (verdict.category.value, verdict.fault_code, verdict.classifier) == (label, code, f"learned:{label}")
-    assert verdict.confidence < min(p.confidence for p in patterns)
+    assert verdict.confidence < min(p.confidence for p in patterns if p.category.value != "unknown")
     assert verdict.evidence and verdict.evidence in text
-    assert verdict.retryable is learned_classifier.FAMILY[label][1]
+    assert verdict.retryable is False and verdict.node_fault is False  # a guess: no restart, no isolation
 
 
 def test_a_pattern_match_keeps_the_pattern_verdict(enabled):
@@ -79,15 +80,27 @@ def test_a_pattern_match_keeps_the_pattern_verdict(enabled):
     assert verdict.fault_code == "TG-CUDA-OOM"
 
 
+def test_a_failure_with_no_named_cause_gets_the_learned_guess(enabled, monkeypatch):
+    # "[ERROR]" says that something failed, not what: the catalog's failure-marker verdict is
+    # unknown, and the model's reading of the rest of the tail is the better answer.
+    text = "[ERROR] the worker stopped\n" + CUDA_OOM
+    monkeypatch.setenv(learned_classifier.ENABLE_VAR, "0")
+    assert classify(text).classifier == "log_classifier:failure-marker"
+    monkeypatch.setenv(learned_classifier.ENABLE_VAR, "1")
+    assert classify(text).classifier == "learned:cuda_oom"
+
+
 def test_the_exit_classifier_outranks_it(enabled):
     assert classify(CUDA_OOM, exit_code=-9).classifier == "exit_classifier"
 
 
-def test_user_code_is_never_retryable(enabled, monkeypatch):
-    assert classify(USER_CODE).retryable is False
-    monkeypatch.setitem(learned_classifier.FAMILY, "user_code", ("TG-USER-EXCEPTION", True, False, True))
-    verdict = learned_classifier.judge(USER_CODE)
-    assert verdict is not None and verdict.category.value == "user_code" and verdict.retryable is False
+def test_a_guess_is_never_retryable_whatever_the_family(enabled):
+    # The families the model guesses most often retryable (NCCL, infrastructure) included: a
+    # restart or an isolation needs a pattern's evidence, and a user-code fault that the model
+    # took for an NCCL error must not burn the restart budget.
+    for text in (NCCL_TIMEOUT, USER_CODE, CUDA_OOM, HOST_OOM):
+        verdict = learned_classifier.judge(text)
+        assert verdict is not None and verdict.retryable is False and verdict.node_fault is False
 
 
 @pytest.mark.parametrize("text", ["", "\n\n   \n", BENIGN_LOOKING])
@@ -107,21 +120,15 @@ def test_a_clean_exit_stays_benign(enabled):
     assert classify(NCCL_TIMEOUT, exit_code=0).category.value == "success_or_benign"
 
 
-def test_it_is_fast_on_a_long_tail(enabled):
-    tail = "".join(f"step {i} loss {1.0 / (i + 1):.5f} lr 0.0003 tokens/s 81234\n" for i in range(2000))[-65536:]
-    learned_classifier.judge(tail)
-    started = time.perf_counter()
-    for _ in range(10):
-        learned_classifier.judge(tail + CUDA_OOM)
-    assert (time.perf_counter() - started) / 10 < 0.005
-
-
-def test_cli_names_the_learned_classifier(tmp_path):
+@pytest.mark.parametrize("switch, verdict", [(None, ("cuda_oom", "learned:cuda_oom")), ("0", ("unknown", "default"))])
+def test_cli_names_the_learned_classifier(tmp_path, switch, verdict):
     log = tmp_path / "rank0.log"
     log.write_text(CUDA_OOM)
-    env = {**os.environ, learned_classifier.ENABLE_VAR: "1"}
+    env = {key: value for key, value in os.environ.items() if key != learned_classifier.ENABLE_VAR}
+    if switch is not None:
+        env[learned_classifier.ENABLE_VAR] = switch
     done = subprocess.run([sys.executable, "-m", "trainguard.cli", "classify", str(log), "--json"],
                           capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr
-    verdict = json.loads(done.stdout)
-    assert (verdict["category"], verdict["classifier"]) == ("cuda_oom", "learned:cuda_oom")
+    said = json.loads(done.stdout)
+    assert (said["category"], said["classifier"]) == verdict

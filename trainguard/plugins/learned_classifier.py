@@ -1,24 +1,28 @@
 """A learned fallback for log tails that no catalog pattern recognises (issue 13, item 4).
 
-A multinomial naive Bayes model over the distinct lowercase words of the tail (numbers, hex
-ids, paths, addresses and timestamps removed first, so it learns vocabulary, not ids), trained
-by ``bench/train_fallback.py`` on the tuning files of ``tests/data/faultlogs/`` and shipped as
-data (``learned_model.json`` beside this module). It only speaks when no pattern does:
+A multinomial naive Bayes model over the distinct lowercase words of the tail and their
+neighbouring pairs (numbers, hex ids, paths, addresses and timestamps removed first, so it learns
+vocabulary, not ids), trained by ``bench/train_fallback.py`` on the tuning files of
+``tests/data/faultlogs/`` and shipped as data (``learned_model.json`` beside this module). It only
+speaks when no pattern does:
 
-* its verdict's ``confidence`` (0.15) is below every catalog pattern's (the lowest is 0.2) and
-  below the exit classifier's, so the host's merge lets it decide only when nothing else did;
+* its verdict's ``confidence`` (0.15) is below that of every catalog pattern that names a
+  category (the lowest is 0.4) and of the exit classifier, so the host's merge lets it decide
+  only when nothing else did; it is above the catalog's ``failure-marker`` (0.1: the tail shows
+  that something failed, not what), which is when a guess is most wanted;
 * it returns None unless its most probable class passes the threshold chosen by
   leave-one-file-out cross-validation on the tuning files (stored in the model);
-* it never says ``success_or_benign`` (benign needs positive evidence) and never marks a
-  ``user_code`` verdict retryable;
+* it never says ``success_or_benign`` (benign needs positive evidence) and its verdict is never
+  retryable and never a node fault (what it adds is the category; a restart needs evidence);
 * its verdict carries the family's generic fault code, ``classifier="learned:<label>"``, and as
   evidence the line of the tail that weighs most for the chosen class.
 
-It is registered as the built-in plugin ``learned_classifier`` but **off by default**: on the
-untouched holdout files it did not beat the patterns alone (see docs/fault-codes.md). Set
-``TRAINGUARD_LEARNED_FALLBACK=1`` to turn it on; ``TRAINGUARD_DISABLE_PLUGINS=learned_classifier``
-keeps it from loading at all. The model is read on the first fault it is asked about, not at
-import.
+It is the built-in plugin ``learned_classifier``, **on by default**: on the untouched holdout
+files it gets more categories and retryable flags right than the patterns alone and marks no
+user-code fault retryable (figures in docs/fault-codes.md). ``TRAINGUARD_LEARNED_FALLBACK=0``
+turns it off (the catalog alone decides; what no pattern names stays ``unknown``);
+``TRAINGUARD_DISABLE_PLUGINS=learned_classifier`` keeps it from loading at all. The model is read
+on the first fault it is asked about, not at import.
 """
 
 from __future__ import annotations
@@ -37,22 +41,25 @@ from trainguard.policy import Policy
 
 MODEL = Path(__file__).with_name("learned_model.json")
 ENABLE_VAR = "TRAINGUARD_LEARNED_FALLBACK"
-ENABLED_BY_DEFAULT = False
-CONFIDENCE = 0.15  # below every catalog pattern (min 0.2) and the exit classifier (0.3)
+ENABLED_BY_DEFAULT = True
+CONFIDENCE = 0.15  # below every pattern naming a category (min 0.4) and the exit classifier (0.3)
 MAX_CHARS = 8 * 1024  # the end of the tail holds the failure; reading more only costs time
 
-# label -> (fault code, retryable, node_fault, user_error): the family's generic code, and the
-# convention of the label when nothing more specific is known (a guess never isolates a node).
-FAMILY: dict[str, tuple[str, bool, bool, bool]] = {
-    "nccl_timeout": ("TG-NCCL-TIMEOUT", True, False, False),
-    "nccl_error": ("TG-NCCL-ERROR", True, False, False),
-    "cuda_oom": ("TG-CUDA-OOM", False, False, True),
-    "host_oom": ("TG-HOST-OOM", False, False, True),
-    "gpu_hardware": ("TG-GPU-ERROR", True, False, False),
-    "node_or_infra": ("TG-INFRA", True, False, False),
-    "user_code": ("TG-USER-EXCEPTION", False, False, True),
-    "hang_or_stuck": ("TG-STALL", True, False, False),
-    "segfault_or_signal": ("TG-SIGSEGV", True, False, False),
+# label -> (fault code, user_error): the family's generic code. A guess is never retryable and
+# never isolates a node: a restart or an isolation needs evidence. (Marking the guessed
+# families retryable as their labels usually are got more flags right in cross-validation, but
+# also marked user-code faults retryable, which burns a restart budget on a bug; every ceiling
+# on the model's user-code probability that cross-validation tried still let some through.)
+FAMILY: dict[str, tuple[str, bool]] = {
+    "nccl_timeout": ("TG-NCCL-TIMEOUT", False),
+    "nccl_error": ("TG-NCCL-ERROR", False),
+    "cuda_oom": ("TG-CUDA-OOM", True),
+    "host_oom": ("TG-HOST-OOM", True),
+    "gpu_hardware": ("TG-GPU-ERROR", False),
+    "node_or_infra": ("TG-INFRA", False),
+    "user_code": ("TG-USER-EXCEPTION", True),
+    "hang_or_stuck": ("TG-STALL", False),
+    "segfault_or_signal": ("TG-SIGSEGV", False),
 }
 
 # Things that are ids, not vocabulary: a run of word characters holding a digit or a slash (ids,
@@ -61,13 +68,16 @@ _NOISE = re.compile(r"[\w-]*[\d/][\w/.-]*")
 _WORD = re.compile(r"[a-z][a-z_]{1,30}")
 
 
+def line_tokens(line: str) -> set[str]:
+    """The distinct features of a line: its lowercase words (ids removed) and each pair of
+    neighbouring words (``out__of``, ``of__memory``: a phrase weighs more than its words)."""
+    words = _WORD.findall(_NOISE.sub(" ", line.lower()))
+    return {*words, *(f"{a}__{b}" for a, b in zip(words, words[1:]))}
+
+
 def tokens(text: str) -> set[str]:
-    """The distinct feature words of a text (lowercase, ids removed)."""
-    return set(_WORD.findall(_NOISE.sub(" ", text.lower())))
-
-
-def line_tokens(line: str) -> Iterable[str]:
-    return _WORD.findall(_NOISE.sub(" ", line.lower()))
+    """The distinct features of a text."""
+    return line_tokens(text)
 
 
 class Model:
@@ -106,7 +116,7 @@ class Model:
         best, best_score = "", -math.inf
         for line in text.splitlines():
             score = 0.0
-            for word in set(line_tokens(line)):
+            for word in line_tokens(line):
                 w = self.weights.get(word)
                 if w is not None:
                     score += w[c] - max(w[i] for i in range(len(w)) if i != c)
@@ -142,11 +152,8 @@ def judge(text: str) -> Verdict | None:
     label, probability = m.predict(text)
     if probability < m.threshold or label not in FAMILY:
         return None  # not sure, or benign (which needs positive evidence: never guessed)
-    code, retryable, node_fault, user_error = FAMILY[label]
-    if label == "user_code":
-        retryable = False
-    return Verdict(Category.parse(label), code, retryable=retryable, node_fault=node_fault,
-                   user_error=user_error, evidence=m.evidence(text, label)[:500], confidence=CONFIDENCE,
+    code, user_error = FAMILY[label]
+    return Verdict(Category.parse(label), code, retryable=False, node_fault=False, user_error=user_error, evidence=m.evidence(text, label)[:500], confidence=CONFIDENCE,
                    classifier=f"learned:{label}")
 
 

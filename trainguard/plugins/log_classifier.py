@@ -214,6 +214,18 @@ _Alternative = tuple[re.Pattern[str], tuple[tuple[str, str, bool], ...] | None]
 _Gate = tuple[frozenset[str], tuple[str, ...]]
 
 
+# Decoration a log picks up on its way to the reader, which hides where its lines begin: colour
+# codes (ANSI SGR and cursor sequences from rich/tqdm/loguru) and the "> " of a quoted paste.
+_DECORATION = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|^(?:[ \t]*>)+[ \t]?", re.MULTILINE)
+
+
+def plain(text: str) -> str:
+    """The text without colour codes and quote markers (patterns are written for plain lines)."""
+    if "\x1b" not in text and ">" not in text:
+        return text
+    return _DECORATION.sub("", text)
+
+
 class Catalog:
     """Compiled patterns, matched against a log tail.
 
@@ -244,6 +256,7 @@ class Catalog:
             self._compiled.append((p, lowered, gate, compiled))
 
     def matches(self, text: str) -> list[Match]:
+        text = plain(text)
         found = []
         lowered_text = text.translate(_ASCII_LOWER)  # same length: spans index the original
         vocabulary = set(_LETTERS.findall(lowered_text))

@@ -37,6 +37,17 @@ KNOWLEDGE = [
      "(run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3\nncclSystemError: System call (e.g. socket, "
      "malloc) or external library call failed or device error.", "nccl_error", True, "TG-NCCL-ERROR"),
     ("ncclInternalError: Internal check failed.", "nccl_error", True, "TG-NCCL-ERROR"),
+    # what reached torch elastic's agent from outside
+    ("[2024-05-01 10:00:00,000] torch.distributed.elastic.agent.server.api: [INFO] Received 15 death signal, "
+     "shutting down workers", "node_or_infra", True, "TG-SIGTERM"),
+    # NCCL's socket set-up refusing the host as configured: the same launch fails again
+    ("node1:12:12 [0] NCCL INFO NET/Plugin: No plugin found (libnccl-net.so)\n"
+     "node1:12:12 [0] misc/socket.cc:484 NCCL WARN NET/Socket : No usable listening interface found",
+     "nccl_error", False, "TG-NCCL-USAGE"),
+    ("node1:7:7 [0] misc/socket.cc:379 NCCL WARN SocketInit: connecting to address  with family 0 is neither "
+     "AF_INET(2) nor AF_INET6(10)", "nccl_error", False, "TG-NCCL-USAGE"),
+    ("node1:9:40 [1] transport/p2p.cc:275 NCCL WARN Cuda failure 'peer access is not supported between these "
+     "two devices'", "nccl_error", False, "TG-NCCL-USAGE"),
     ("ncclUnhandledCudaError: Call to CUDA function failed.", "nccl_error", True, "TG-NCCL-ERROR"),
     ("ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.",
      "nccl_error", True, "TG-NCCL-ERROR"),
@@ -237,7 +248,12 @@ KNOWLEDGE = [
     ("TERM_PREEMPT: job killed after preemption.", "node_or_infra", True, "TG-PREEMPTED"),
     ("Container killed by YARN for exceeding memory limits. 10.4 GB of 10 GB physical memory used.", "host_oom",
      True, "TG-HOST-OOM-CGROUP"),
-    ("slurmstepd: error: *** STEP 1234.0 ON gpu01 CANCELLED AT 2024-05-01T10:00:00 ***", "node_or_infra", False,
+    # only the step, no one named: torn down under the job (a requeue, srun after another task failed)
+    ("slurmstepd: error: *** STEP 1234.0 ON gpu01 CANCELLED AT 2024-05-01T10:00:00 ***", "node_or_infra", True,
+     "TG-SLURM-STEP-CANCELLED"),
+    # ... while the job's own line says it was cancelled as a whole
+    ("slurmstepd: error: *** STEP 1234.0 ON gpu01 CANCELLED AT 2024-05-01T10:00:00 ***\n"
+     "slurmstepd: error: *** JOB 1234 ON gpu01 CANCELLED AT 2024-05-01T10:00:00 ***", "node_or_infra", False,
      "TG-CANCELLED"),
     ("squeue: error: fetch_config: DNS SRV lookup failed", "node_or_infra", True, "TG-SLURM-CONTROLLER"),
     ("GCP Metadata Service says termination is imminent", "node_or_infra", True, "TG-PREEMPTED"),
@@ -742,9 +758,9 @@ TUNE6_NEAR_MISSES = [
      "success_or_benign", "TG-PROGRESS"),
     # a pull that failed because the image is not there is the pod spec's
     ('Failed to pull image "registry.example.com/train:1.0": manifest unknown', "user_code", "TG-K8S-CONFIG"),
-    # a step cancelled by someone, with no unkillable aftermath
+    # a step cancelled under its job, with no unkillable aftermath
     ("slurmstepd: error: *** STEP 100.0 ON gpu07 CANCELLED AT 2024-01-01T10:00:00 ***", "node_or_infra",
-     "TG-CANCELLED"),
+     "TG-SLURM-STEP-CANCELLED"),
     # a Ray worker dead with no memory notice stays a system failure
     ("The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR", "node_or_infra",
      "TG-NODE-LOST"),
@@ -861,6 +877,7 @@ def test_the_evidence_is_the_line_that_shows_the_fault():
     lambda line: f"> {line}",  # a quoted paste
     lambda line: f">> > {line}",  # quoted in a reply to a quote
     lambda line: f"\x1b[1m\x1b[31m{line[:4]}\x1b[0m{line[4:]}\x1b[K",  # colour codes inside the line
+    lambda line: f"Epoch 3:  42%|####      | 420/1000 [01:02<01:26]\r{line}\r",  # after a tqdm redraw, CRLF
 ])
 def test_quote_markers_and_colour_codes_do_not_hide_a_line(decorate):
     # Patterns anchored at a line's start ("zsh: killed" is what zsh prints as a whole line) must

@@ -217,10 +217,16 @@ _Gate = tuple[frozenset[str], tuple[str, ...]]
 # Decoration a log picks up on its way to the reader, which hides where its lines begin: colour
 # codes (ANSI SGR and cursor sequences from rich/tqdm/loguru) and the "> " of a quoted paste.
 _DECORATION = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|^(?:[ \t]*>)+[ \t]?", re.MULTILINE)
+# A carriage return ends a line as far as a reader can see: tqdm redraws its bar after one, and
+# a Windows or a pty's log ends each line with one before the newline.
+_CARRIAGE_RETURN = re.compile(r"\r+\n?")
 
 
 def plain(text: str) -> str:
-    """The text without colour codes and quote markers (patterns are written for plain lines)."""
+    """The text without colour codes, quote markers and carriage returns (patterns are written
+    for plain lines)."""
+    if "\r" in text:
+        text = _CARRIAGE_RETURN.sub("\n", text)
     if "\x1b" not in text and ">" not in text:
         return text
     return _DECORATION.sub("", text)

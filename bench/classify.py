@@ -81,7 +81,9 @@ SPLITS = ((("collected_a.jsonl", "collected_b.jsonl"), "tune.jsonl", "holdout.js
           (("collected_g.jsonl", "collected_h.jsonl"), "tune5.jsonl", "holdout4.jsonl"),
           (("collected_i.jsonl", "collected_j.jsonl"), "tune6.jsonl", "holdout5.jsonl"),
           (("collected_k.jsonl", "collected_l.jsonl"), "tune7.jsonl", "holdout6.jsonl"),
-          (("collected_m.jsonl", "collected_n.jsonl"), "tune8.jsonl", "holdout7.jsonl"))
+          (("collected_m.jsonl", "collected_n.jsonl"), "tune8.jsonl", "holdout7.jsonl"),
+          (("collected_o.jsonl", "collected_p.jsonl"), "tune9.jsonl", "holdout8.jsonl"),
+          (("collected_q.jsonl", "collected_r.jsonl"), "tune10.jsonl", "holdout9.jsonl"))
 
 
 def split() -> None:

@@ -688,9 +688,34 @@ TUNE8_FAMILIES = [
 ]
 
 
+TUNE9_AND_10_FAMILIES = [
+    # NCCL's topology search that cannot resolve a sysfs PCI path, and the error unwinding from it
+    ("c1:57:75 [0] misc/topo.cc:22 NCCL WARN Could not find real path of /sys/class/pci_bus/0000:02/../../0000:02:00.0\n"
+     "c1:57:75 [0] NCCL INFO init.cc:876 -> 2\nc1:57:75 [0] NCCL INFO init.cc:909 -> 2", "nccl_error", False, False,
+     "TG-NCCL-TOPOLOGY"),
+    # ... while the warning alone, with NCCL going on, is no fault of NCCL's
+    ("c1:57:75 [0] misc/topo.cc:22 NCCL WARN Could not find real path of /sys/class/pci_bus/0000:02/../../0000:02:00.0\n"
+     "c1:57:75 [0] NCCL INFO Channel 00/02 :    0   1\nc1:57:75 [0] NCCL INFO comm 0x55 rank 0 nranks 2 - Init COMPLETE",
+     "hang_or_stuck", True, False, "TG-NCCL-INIT-STALL"),
+    # NCCL's CUDA payload naming a sticky device error
+    ("torch.distributed.DistBackendError: NCCL error in: NCCLUtils.cpp:93, unhandled cuda error (run with "
+     "NCCL_DEBUG=INFO for details), NCCL version 2.28.9\nncclUnhandledCudaError: Call to CUDA function failed.\n"
+     "Last error:\nCuda failure 999 'unknown error'", "gpu_hardware", True, False, "TG-GPU-ERROR"),
+    # lspci: an NVIDIA function whose config space reads all ones
+    ("1a:00.0 VGA compatible controller: NVIDIA Corporation TU102GL [Quadro RTX 6000/8000] (rev a1)\n"
+     "1c:00.0 VGA compatible controller: NVIDIA Corporation TU102GL [Quadro RTX 6000/8000] (rev ff)",
+     "gpu_hardware", True, True, "TG-GPU-LOST"),
+    # glibc's heap-corruption abort in its older format
+    ("*** Error in `python3': munmap_chunk(): invalid pointer: 0x0000555560e2b570 ***\n======= Backtrace: =========",
+     "segfault_or_signal", True, False, "TG-SIGABRT"),
+    # NCCL's proxy thread losing its peer's socket
+    ("Socket recv failed while polling for opId=0x7f0c84227ac0", "nccl_error", True, False, "TG-NCCL-ERROR"),
+]
+
+
 # (line, category, retryable, node fault, fault code): every table above.
 FAMILIES = (WIDENED + TUNE3_FAMILIES + TUNE4_FAMILIES + TUNE5_FAMILIES + TUNE6_FAMILIES + TUNE7_FAMILIES
-            + TUNE8_FAMILIES)
+            + TUNE8_FAMILIES + TUNE9_AND_10_FAMILIES)
 
 
 @pytest.mark.parametrize("text,category,retryable,node_fault,code", FAMILIES,

@@ -70,7 +70,8 @@ def test_a_no_pattern_excerpt_gets_the_learned_verdict(enabled, text, label, cod
     assert (verdict.category.value, verdict.fault_code, verdict.classifier) == (label, code, f"learned:{label}")
     assert verdict.confidence < min(p.confidence for p in patterns if p.category.value != "unknown")
     assert verdict.evidence and verdict.evidence in text
-    assert verdict.retryable is False and verdict.node_fault is False  # a guess: no restart, no isolation
+    assert verdict.node_fault is False  # a guess never isolates a node
+    assert verdict.retryable is learned_classifier.FAMILY[label][1]  # the texts show no program error
 
 
 def test_a_pattern_match_keeps_the_pattern_verdict(enabled):
@@ -94,13 +95,17 @@ def test_the_exit_classifier_outranks_it(enabled):
     assert classify(CUDA_OOM, exit_code=-9).classifier == "exit_classifier"
 
 
-def test_a_guess_is_never_retryable_whatever_the_family(enabled):
-    # The families the model guesses most often retryable (NCCL, infrastructure) included: a
-    # restart or an isolation needs a pattern's evidence, and a user-code fault that the model
-    # took for an NCCL error must not burn the restart budget.
-    for text in (NCCL_TIMEOUT, USER_CODE, CUDA_OOM, HOST_OOM):
-        verdict = learned_classifier.judge(text)
-        assert verdict is not None and verdict.retryable is False and verdict.node_fault is False
+def test_a_guess_is_retryable_only_without_a_program_error(enabled):
+    # The family's usual flag, unless the tail shows the program failing: a user-code fault the
+    # model took for an NCCL error must not burn the restart budget.
+    assert learned_classifier.judge(NCCL_TIMEOUT).retryable is True
+    for sign in ("Traceback (most recent call last):", "ValueError: bad shape", "train.py: error: bad flag",
+                 "Assertion `idx < n` failed.", "Check failed: x == y", "Fatal Python error: Aborted"):
+        verdict = learned_classifier.judge(f"{sign}\n{NCCL_TIMEOUT}")
+        assert verdict is not None and verdict.category.value == "nccl_timeout", sign
+        assert verdict.retryable is False, sign
+    for text in (USER_CODE, CUDA_OOM, HOST_OOM):  # families that are not retried anyway
+        assert learned_classifier.judge(text).retryable is False
 
 
 @pytest.mark.parametrize("text", ["", "\n\n   \n", BENIGN_LOOKING])

@@ -12,8 +12,9 @@ speaks when no pattern does:
   that something failed, not what), which is when a guess is most wanted;
 * it returns None unless its most probable class passes the threshold chosen by
   leave-one-file-out cross-validation on the tuning files (stored in the model);
-* it never says ``success_or_benign`` (benign needs positive evidence) and its verdict is never
-  retryable and never a node fault (what it adds is the category; a restart needs evidence);
+* it never says ``success_or_benign`` (benign needs positive evidence), its verdict is never a
+  node fault, and it is retryable only when the family usually is and the tail shows no sign
+  of a program error (``PROGRAM_ERROR``), so no user-code fault is marked retryable;
 * its verdict carries the family's generic fault code, ``classifier="learned:<label>"``, and as
   evidence the line of the tail that weighs most for the chosen class.
 
@@ -45,22 +46,30 @@ ENABLED_BY_DEFAULT = True
 CONFIDENCE = 0.15  # below every pattern naming a category (min 0.4) and the exit classifier (0.3)
 MAX_CHARS = 8 * 1024  # the end of the tail holds the failure; reading more only costs time
 
-# label -> (fault code, user_error): the family's generic code. A guess is never retryable and
-# never isolates a node: a restart or an isolation needs evidence. (Marking the guessed
-# families retryable as their labels usually are got more flags right in cross-validation, but
-# also marked user-code faults retryable, which burns a restart budget on a bug; every ceiling
-# on the model's user-code probability that cross-validation tried still let some through.)
-FAMILY: dict[str, tuple[str, bool]] = {
-    "nccl_timeout": ("TG-NCCL-TIMEOUT", False),
-    "nccl_error": ("TG-NCCL-ERROR", False),
-    "cuda_oom": ("TG-CUDA-OOM", True),
-    "host_oom": ("TG-HOST-OOM", True),
-    "gpu_hardware": ("TG-GPU-ERROR", False),
-    "node_or_infra": ("TG-INFRA", False),
-    "user_code": ("TG-USER-EXCEPTION", True),
-    "hang_or_stuck": ("TG-STALL", False),
-    "segfault_or_signal": ("TG-SIGSEGV", False),
+# label -> (fault code, retryable as the label usually is, user_error): the family's generic
+# code. A guess never isolates a node (that needs a pattern's evidence), and it is retryable
+# only when its family usually is AND the tail shows no sign of a program error (below): a
+# user-code fault the model took for, say, an NCCL error must not burn the restart budget.
+# In leave-one-file-out cross-validation on the tuning files, taking the family's flag alone
+# marked 12 user-code excerpts retryable, every ceiling on the model's user-code probability
+# still let some through, and this rule none (while keeping two thirds of the flags it fixed).
+FAMILY: dict[str, tuple[str, bool, bool]] = {
+    "nccl_timeout": ("TG-NCCL-TIMEOUT", True, False),
+    "nccl_error": ("TG-NCCL-ERROR", True, False),
+    "cuda_oom": ("TG-CUDA-OOM", False, True),
+    "host_oom": ("TG-HOST-OOM", False, True),
+    "gpu_hardware": ("TG-GPU-ERROR", True, False),
+    "node_or_infra": ("TG-INFRA", True, False),
+    "user_code": ("TG-USER-EXCEPTION", False, True),
+    "hang_or_stuck": ("TG-STALL", True, False),
+    "segfault_or_signal": ("TG-SIGSEGV", True, False),
 }
+
+# Signs that the program itself failed: a Python traceback, an exception or error class
+# (``ValueError``, ``DistBackendError``), a script's ``error:`` (argparse), a failed assertion or
+# check (C++ ``CHECK``, glog's ``LogMessageFatal``), a fatal Python error.
+PROGRAM_ERROR = re.compile(r"Traceback|Error\b|Exception|\berror:|[Aa]ssert|Check failed|LogMessageFatal|"
+                           r"Fatal Python|\bFATAL\b")
 
 # Things that are ids, not vocabulary: a run of word characters holding a digit or a slash (ids,
 # sizes, host names and addresses, timestamps, paths) is removed before the words are taken.
@@ -152,8 +161,9 @@ def judge(text: str) -> Verdict | None:
     label, probability = m.predict(text)
     if probability < m.threshold or label not in FAMILY:
         return None  # not sure, or benign (which needs positive evidence: never guessed)
-    code, user_error = FAMILY[label]
-    return Verdict(Category.parse(label), code, retryable=False, node_fault=False, user_error=user_error, evidence=m.evidence(text, label)[:500], confidence=CONFIDENCE,
+    code, retryable, user_error = FAMILY[label]
+    retryable = retryable and PROGRAM_ERROR.search(text) is None
+    return Verdict(Category.parse(label), code, retryable=retryable, node_fault=False, user_error=user_error, evidence=m.evidence(text, label)[:500], confidence=CONFIDENCE,
                    classifier=f"learned:{label}")
 
 

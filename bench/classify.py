@@ -83,7 +83,9 @@ SPLITS = ((("collected_a.jsonl", "collected_b.jsonl"), "tune.jsonl", "holdout.js
           (("collected_k.jsonl", "collected_l.jsonl"), "tune7.jsonl", "holdout6.jsonl"),
           (("collected_m.jsonl", "collected_n.jsonl"), "tune8.jsonl", "holdout7.jsonl"),
           (("collected_o.jsonl", "collected_p.jsonl"), "tune9.jsonl", "holdout8.jsonl"),
-          (("collected_q.jsonl", "collected_r.jsonl"), "tune10.jsonl", "holdout9.jsonl"))
+          (("collected_q.jsonl", "collected_r.jsonl"), "tune10.jsonl", "holdout9.jsonl"),
+          (("collected_s.jsonl", "collected_t.jsonl"), "tune11.jsonl", "holdout10.jsonl"),
+          (("collected_u.jsonl", "collected_v.jsonl"), "tune12.jsonl", "holdout11.jsonl"))
 
 
 def split() -> None:

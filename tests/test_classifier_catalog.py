@@ -688,7 +688,7 @@ TUNE8_FAMILIES = [
 ]
 
 
-TUNE9_AND_10_FAMILIES = [
+TUNE9_TO_12_FAMILIES = [
     # NCCL's topology search that cannot resolve a sysfs PCI path, and the error unwinding from it
     ("c1:57:75 [0] misc/topo.cc:22 NCCL WARN Could not find real path of /sys/class/pci_bus/0000:02/../../0000:02:00.0\n"
      "c1:57:75 [0] NCCL INFO init.cc:876 -> 2\nc1:57:75 [0] NCCL INFO init.cc:909 -> 2", "nccl_error", False, False,
@@ -710,12 +710,37 @@ TUNE9_AND_10_FAMILIES = [
      "segfault_or_signal", True, False, "TG-SIGABRT"),
     # NCCL's proxy thread losing its peer's socket
     ("Socket recv failed while polling for opId=0x7f0c84227ac0", "nccl_error", True, False, "TG-NCCL-ERROR"),
+    # PaddlePaddle's DataLoader names a worker the kernel killed
+    ("SystemError: (Fatal) DataLoader process (pid 1104) exited is killed by signal: Killed. (at "
+     "/paddle/paddle/fluid/imperative/data_loader.cc:181)", "host_oom", False, False, "TG-HOST-ENOMEM"),
+    # Megatron-LM's last set-up lines before its first iteration, then nothing
+    ("[after dataloaders are built] datetime: 2021-06-10 03:49:39\ndone with setups ...\ntraining ...\n"
+     "[before the start of training step] datetime: 2021-06-10 03:49:39", "hang_or_stuck", True, False,
+     "TG-START-STALL"),
+    # gloo's transport giving up on a read: a collective that timed out (JAX on CPU, torch gloo)
+    ("process 0: psum_scatter FAILED after 30.0 s: UNKNOWN: Gloo ReduceScatter failed: [external/gloo/gloo/"
+     "transport/tcp/buffer.cc:72] Read timeout [::1]:38624", "nccl_timeout", True, False, "TG-NCCL-TIMEOUT"),
+    # a file system without POSIX locks under a writer that locks
+    ('ValueError: Error opening "zarr" driver: Error writing local file "/gpfs/ckpt/.zarray": Failed to acquire '
+     "lock on file: /gpfs/ckpt/.zarray.__lock [OS error: Invalid argument]", "node_or_infra", False, False,
+     "TG-FS-NO-LOCKS"),
+    ("OSError: [Errno 37] No locks available", "node_or_infra", False, False, "TG-FS-NO-LOCKS"),
+    # a trainer that stops itself because a component's heartbeats stopped
+    ("[2023-09-18 21:35:46,519][196071] Stopping training due to lack of heartbeats from <class 'Batcher'>",
+     "hang_or_stuck", True, False, "TG-STALL"),
+    # PhysX's GPU allocator out of device memory
+    ("[job] PxgCudaDeviceMemoryAllocator fail to allocate memory 100663296 bytes!! Result = 2", "cuda_oom", False,
+     False, "TG-CUDA-OOM"),
+    # a bar at 0% with a warning printed onto its line, then nothing
+    ("Epoch 0:   0%|          | 0/410 [00:00<?, ?it/s]/usr/lib/python3/site-packages/torch/utils/checkpoint.py:460: "
+     "UserWarning: torch.utils.checkpoint: please pass in use_reentrant=True or use_reentrant=False explicitly.\n"
+     "  warnings.warn(\n", "hang_or_stuck", False, False, "TG-INIT-STALL"),
 ]
 
 
 # (line, category, retryable, node fault, fault code): every table above.
 FAMILIES = (WIDENED + TUNE3_FAMILIES + TUNE4_FAMILIES + TUNE5_FAMILIES + TUNE6_FAMILIES + TUNE7_FAMILIES
-            + TUNE8_FAMILIES + TUNE9_AND_10_FAMILIES)
+            + TUNE8_FAMILIES + TUNE9_TO_12_FAMILIES)
 
 
 @pytest.mark.parametrize("text,category,retryable,node_fault,code", FAMILIES,

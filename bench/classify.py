@@ -248,7 +248,27 @@ def main() -> None:
     holdout = [row for rows in holdouts.values() for row in rows]
     total = sum(len(rows) for rows in tuning.values()) + len(holdout)
     print(f"{total} excerpts classified in {elapsed * 1000:.1f} ms ({elapsed / max(total, 1) * 1e6:.0f} us each)")
+    dense_tail(host, policy)
     big_log(host, policy, args.big_log_gb)
+
+
+def dense_tail(host: PluginHost, policy: Policy) -> None:
+    """The costliest tail met so far: the whole tail one collective's watchdog lines from many
+    ranks (every NCCL pattern's words are in it), with and without a rank in another collective."""
+    line = ("[rank{r}]:[E ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective operation timeout: "
+            "WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600061 "
+            "milliseconds before timing out.\n")
+    text = "".join(line.format(r=r % 1024) for r in range(600))[-policy.log_tail_bytes:]
+    text = text[text.index("\n") + 1:]
+    other = text + line.format(r=7).replace("ALLREDUCE", "BROADCAST")
+    for name, tail in (("same collective", text), ("one rank elsewhere", other)):
+        times = []
+        for _ in range(10):
+            started = time.perf_counter()
+            verdict = host.classify(Fault(ErrorSource.LOG, 0.0), tail, policy)
+            times.append(time.perf_counter() - started)
+        print(f"{len(tail) // 1024} KiB of watchdog lines ({name}): median {statistics.median(times) * 1000:.2f} ms "
+              f"-> {verdict.fault_code}")
 
 
 if __name__ == "__main__":

@@ -731,6 +731,18 @@ TUNE9_TO_12_FAMILIES = [
     # PhysX's GPU allocator out of device memory
     ("[job] PxgCudaDeviceMemoryAllocator fail to allocate memory 100663296 bytes!! Result = 2", "cuda_oom", False,
      False, "TG-CUDA-OOM"),
+    # ranks disagreeing on what collective N is: the program took different paths on different ranks
+    ("[rank0]:[E ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=80078, "
+     "OpType=BROADCAST, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800087 milliseconds before timing out.\n"
+     "[rank3]:[E ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=80078, "
+     "OpType=ALLREDUCE, NumelIn=8, NumelOut=8, Timeout(ms)=1800000) ran for 1800090 milliseconds before timing out.",
+     "nccl_timeout", False, False, "TG-NCCL-DESYNC"),
+    # ... while every rank stuck in the same collective is a plain timeout, retried
+    ("[rank0]:[E ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=80078, "
+     "OpType=ALLREDUCE, NumelIn=8, NumelOut=8, Timeout(ms)=1800000) ran for 1800087 milliseconds before timing out.\n"
+     "[rank3]:[E ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=80078, "
+     "OpType=ALLREDUCE, NumelIn=8, NumelOut=8, Timeout(ms)=1800000) ran for 1800090 milliseconds before timing out.",
+     "nccl_timeout", True, False, "TG-NCCL-TIMEOUT"),
     # a bar at 0% with a warning printed onto its line, then nothing
     ("Epoch 0:   0%|          | 0/410 [00:00<?, ?it/s]/usr/lib/python3/site-packages/torch/utils/checkpoint.py:460: "
      "UserWarning: torch.utils.checkpoint: please pass in use_reentrant=True or use_reentrant=False explicitly.\n"

@@ -163,8 +163,8 @@ def judge(text: str) -> Verdict | None:
         return None  # not sure, or benign (which needs positive evidence: never guessed)
     code, retryable, user_error = FAMILY[label]
     retryable = retryable and PROGRAM_ERROR.search(text) is None
-    return Verdict(Category.parse(label), code, retryable=retryable, node_fault=False, user_error=user_error, evidence=m.evidence(text, label)[:500], confidence=CONFIDENCE,
-                   classifier=f"learned:{label}")
+    return Verdict(Category.parse(label), code, retryable=retryable, node_fault=False, user_error=user_error,
+                   evidence=m.evidence(text, label)[:500], confidence=CONFIDENCE, classifier=f"learned:{label}")
 
 
 @hookimpl

@@ -85,7 +85,9 @@ SPLITS = ((("collected_a.jsonl", "collected_b.jsonl"), "tune.jsonl", "holdout.js
           (("collected_o.jsonl", "collected_p.jsonl"), "tune9.jsonl", "holdout8.jsonl"),
           (("collected_q.jsonl", "collected_r.jsonl"), "tune10.jsonl", "holdout9.jsonl"),
           (("collected_s.jsonl", "collected_t.jsonl"), "tune11.jsonl", "holdout10.jsonl"),
-          (("collected_u.jsonl", "collected_v.jsonl"), "tune12.jsonl", "holdout11.jsonl"))
+          (("collected_u.jsonl", "collected_v.jsonl"), "tune12.jsonl", "holdout11.jsonl"),
+          (("collected_w.jsonl", "collected_x.jsonl"), "tune13.jsonl", "holdout12.jsonl"),
+          (("collected_y.jsonl", "collected_z.jsonl"), "tune14.jsonl", "holdout13.jsonl"))
 
 
 def split() -> None:

@@ -743,6 +743,24 @@ TUNE9_TO_12_FAMILIES = [
      "[rank3]:[E ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=80078, "
      "OpType=ALLREDUCE, NumelIn=8, NumelOut=8, Timeout(ms)=1800000) ran for 1800090 milliseconds before timing out.",
      "nccl_timeout", True, False, "TG-NCCL-TIMEOUT"),
+    # nvidia-smi -q: uncorrectable errors' row remaps waiting for a GPU reset
+    ("Remapped Rows\n        Correctable Error                 : 0\n        Uncorrectable Error               : 4\n"
+     "        Pending                           : Yes", "gpu_hardware", True, True, "TG-GPU-ECC"),
+    # ... while no pending remap is a healthy section
+    ("Remapped Rows\n        Correctable Error                 : 0\n        Uncorrectable Error               : 0\n"
+     "        Pending                           : No", "unknown", False, False, "TG-UNKNOWN"),
+    # legacy PyTorch (THC) device OOM
+    ("THCudaCheck FAIL file=/pytorch/aten/src/THC/generic/THCStorage.cu line=58 error=2 : out of memory",
+     "cuda_oom", False, False, "TG-CUDA-OOM"),
+    # zsh's job table reporting a job SIGKILLed
+    ("Epoch 00:   0%|          | 0/1207179 [00:00<?, ?it/s]\n[1]    55263 killed     sudo python train.py",
+     "host_oom", False, False, "TG-SIGKILL"),
+    # CPython's fatal errors other than a segfault abort the interpreter
+    ("Train:   4%|###       | 166/4634 [4:38:39<124:59:57, 100.72s/it]\nFatal Python error: none_dealloc: deallocating "
+     "None\nPython runtime state: initialized", "segfault_or_signal", True, False, "TG-SIGABRT"),
+    # torchtune writing its checkpoint shards
+    ("Model checkpoint of size 4.34 GiB saved to /mnt/out/epoch_0/ft-model-00007-of-00030.safetensors",
+     "success_or_benign", True, False, "TG-BENIGN"),
     # a bar at 0% with a warning printed onto its line, then nothing
     ("Epoch 0:   0%|          | 0/410 [00:00<?, ?it/s]/usr/lib/python3/site-packages/torch/utils/checkpoint.py:460: "
      "UserWarning: torch.utils.checkpoint: please pass in use_reentrant=True or use_reentrant=False explicitly.\n"

@@ -87,7 +87,8 @@ SPLITS = ((("collected_a.jsonl", "collected_b.jsonl"), "tune.jsonl", "holdout.js
           (("collected_s.jsonl", "collected_t.jsonl"), "tune11.jsonl", "holdout10.jsonl"),
           (("collected_u.jsonl", "collected_v.jsonl"), "tune12.jsonl", "holdout11.jsonl"),
           (("collected_w.jsonl", "collected_x.jsonl"), "tune13.jsonl", "holdout12.jsonl"),
-          (("collected_y.jsonl", "collected_z.jsonl"), "tune14.jsonl", "holdout13.jsonl"))
+          (("collected_y.jsonl", "collected_z.jsonl"), "tune14.jsonl", "holdout13.jsonl"),
+          (("collected_aa.jsonl", "collected_ab.jsonl", "collected_ac.jsonl"), "tune15.jsonl", "holdout14.jsonl"))
 
 
 def split() -> None:

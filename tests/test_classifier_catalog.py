@@ -761,6 +761,21 @@ TUNE9_TO_12_FAMILIES = [
     # torchtune writing its checkpoint shards
     ("Model checkpoint of size 4.34 GiB saved to /mnt/out/epoch_0/ft-model-00007-of-00030.safetensors",
      "success_or_benign", True, False, "TG-BENIGN"),
+    # a CUDA check that failed with error 2 (cudaErrorMemoryAllocation): Caffe's glog check, Caffe2's enforce
+    ("F0126 16:08:02.152665 10326 syncedmem.cpp:56] Check failed: error == cudaSuccess (2 vs. 0)  out of memory\n"
+     "*** Check failure stack trace: ***", "cuda_oom", False, False, "TG-CUDA-OOM"),
+    ("[E net_async_base.cc:382] [enforce fail at context_gpu.cu:524] error == cudaSuccess. 2 vs 0. Error at: "
+     "caffe2/core/context_gpu.cu:524: out of memory", "cuda_oom", False, False, "TG-CUDA-OOM"),
+    # Ray's autoscaler that cannot place what the job asks for: the job waits for ever
+    ("(autoscaler +3m5s) Warning: The following resource request cannot be scheduled right now: {'CPU': 2.0, "
+     "'GPU': 2.0}. This is likely due to all cluster resources being claimed by actors.", "hang_or_stuck", False,
+     False, "TG-INIT-STALL"),
+    # mmengine's validation lines are progress
+    ("2022-04-12 01:27:55,144 - mmdet - INFO - Epoch(val) [1][7330]   bbox_mAP: 0.2500, bbox_mAP_50: 0.4100",
+     "success_or_benign", True, False, "TG-PROGRESS"),
+    # PBS/Torque deleting a job on someone's request
+    ("04/18/2016 22:55:25;0008;PBS_Server.12149;Job;7082041.hal-sched1.local;Job deleted at request of "
+     "root@hal-sched1", "node_or_infra", False, False, "TG-CANCELLED"),
     # a bar at 0% with a warning printed onto its line, then nothing
     ("Epoch 0:   0%|          | 0/410 [00:00<?, ?it/s]/usr/lib/python3/site-packages/torch/utils/checkpoint.py:460: "
      "UserWarning: torch.utils.checkpoint: please pass in use_reentrant=True or use_reentrant=False explicitly.\n"

@@ -100,7 +100,8 @@ def test_a_guess_is_retryable_only_without_a_program_error(enabled):
     # model took for an NCCL error must not burn the restart budget.
     assert learned_classifier.judge(NCCL_TIMEOUT).retryable is True
     for sign in ("Traceback (most recent call last):", "ValueError: bad shape", "train.py: error: bad flag",
-                 "Assertion `idx < n` failed.", "Check failed: x == y", "Fatal Python error: Aborted"):
+                 "Assertion `idx < n` failed.", "Check failed: x == y", "Fatal Python error: Aborted",
+                 "python: can't open file '/var/train.py': [Errno 2] No such file or directory"):
         verdict = learned_classifier.judge(f"{sign}\n{NCCL_TIMEOUT}")
         assert verdict is not None and verdict.category.value == "nccl_timeout", sign
         assert verdict.retryable is False, sign

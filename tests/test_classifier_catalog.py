@@ -688,7 +688,7 @@ TUNE8_FAMILIES = [
 ]
 
 
-TUNE9_TO_12_FAMILIES = [
+TUNE9_TO_15_FAMILIES = [
     # NCCL's topology search that cannot resolve a sysfs PCI path, and the error unwinding from it
     ("c1:57:75 [0] misc/topo.cc:22 NCCL WARN Could not find real path of /sys/class/pci_bus/0000:02/../../0000:02:00.0\n"
      "c1:57:75 [0] NCCL INFO init.cc:876 -> 2\nc1:57:75 [0] NCCL INFO init.cc:909 -> 2", "nccl_error", False, False,
@@ -785,7 +785,7 @@ TUNE9_TO_12_FAMILIES = [
 
 # (line, category, retryable, node fault, fault code): every table above.
 FAMILIES = (WIDENED + TUNE3_FAMILIES + TUNE4_FAMILIES + TUNE5_FAMILIES + TUNE6_FAMILIES + TUNE7_FAMILIES
-            + TUNE8_FAMILIES + TUNE9_TO_12_FAMILIES)
+            + TUNE8_FAMILIES + TUNE9_TO_15_FAMILIES)
 
 
 @pytest.mark.parametrize("text,category,retryable,node_fault,code", FAMILIES,

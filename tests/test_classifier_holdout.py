@@ -1,17 +1,10 @@
 """Floors on the part of the corpus the catalog was never tuned on (tests/data/faultlogs/holdout*.jsonl).
 
-Each batch of collected excerpts was split once by a hash of its source and text (see the
-README there): ``tune.jsonl`` / ``holdout.jsonl`` from the first, ``tune3.jsonl`` /
-``holdout2.jsonl`` from the second, ``tune4.jsonl`` / ``holdout3.jsonl`` from the third,
-``tune5.jsonl`` / ``holdout4.jsonl`` from the fourth, ``tune6.jsonl`` / ``holdout5.jsonl`` from
-the fifth, ``tune7.jsonl`` / ``holdout6.jsonl`` from the sixth, ``tune8.jsonl`` / ``holdout7.jsonl``
-from the seventh, ``tune9.jsonl`` / ``holdout8.jsonl`` and ``tune10.jsonl`` / ``holdout9.jsonl`` from
-the eighth and ninth, ``tune11.jsonl`` / ``holdout10.jsonl`` and ``tune12.jsonl`` / ``holdout11.jsonl``
-from the tenth and eleventh, ``tune13.jsonl`` / ``holdout12.jsonl`` and ``tune14.jsonl`` /
-``holdout13.jsonl`` from the twelfth and thirteenth, ``tune15.jsonl`` / ``holdout14.jsonl`` from the
-fourteenth; the ``tune*`` files are tuning data like ``dev.jsonl``, the
-``holdout*`` files are only scored. ``tune2.jsonl`` was collected between the two, from threads
-none of the other files quotes, and is tuning data too.
+Each batch of collected excerpts was split once by a hash of its source and text into a
+``tune*`` file (tuning data like ``dev.jsonl``) and a ``holdout*`` file (only scored); the table of
+splits is ``SPLITS`` in ``bench/classify.py`` and the README there tells each batch's story.
+``tune2.jsonl`` was collected between the first two splits, from threads none of the other files
+quotes, and is tuning data too.
 The floors are what the catalog honestly reaches on the holdout part, not the goals: the goals
 (category >= 0.90, retryable >= 0.90) are printed by ``bench/classify.py`` next to the scores.
 Many retryable labels there follow the thread's later resolution (a configuration bug found
@@ -21,6 +14,7 @@ behind a timeout), which no text of the excerpt can decide.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import time
 
@@ -49,23 +43,24 @@ def classify(text: str):
     return HOST.classify(Fault(ErrorSource.LOG, time.time()), text[-65536:], Policy())
 
 
+def _split_table() -> tuple[tuple[str, str], ...]:
+    """The (tuning, holdout) file of every split, as ``bench/classify.py --split`` made them."""
+    spec = importlib.util.spec_from_file_location("bench_classify", REPO / "bench" / "classify.py")
+    assert spec and spec.loader
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return tuple((tune, holdout) for _, tune, holdout in bench.SPLITS)
+
+
 FILES = sorted(path.name for path in DATA.glob("*.jsonl") if not path.name.startswith("collected_"))
-SPLITS = (("tune.jsonl", "holdout.jsonl"), ("tune3.jsonl", "holdout2.jsonl"), ("tune4.jsonl", "holdout3.jsonl"),
-          ("tune5.jsonl", "holdout4.jsonl"), ("tune6.jsonl", "holdout5.jsonl"), ("tune7.jsonl", "holdout6.jsonl"),
-          ("tune8.jsonl", "holdout7.jsonl"), ("tune9.jsonl", "holdout8.jsonl"), ("tune10.jsonl", "holdout9.jsonl"),
-          ("tune11.jsonl", "holdout10.jsonl"), ("tune12.jsonl", "holdout11.jsonl"),
-          ("tune13.jsonl", "holdout12.jsonl"), ("tune14.jsonl", "holdout13.jsonl"), ("tune15.jsonl", "holdout14.jsonl"))
+SPLITS = _split_table()
 HOLDOUTS = [name for name in FILES if name.startswith("holdout")]
 
 
 def test_every_corpus_file_is_accounted_for():
-    assert FILES == ["dev.jsonl", "holdout.jsonl", "holdout10.jsonl", "holdout11.jsonl", "holdout12.jsonl",
-                     "holdout13.jsonl", "holdout14.jsonl", "holdout2.jsonl", "holdout3.jsonl", "holdout4.jsonl", "holdout5.jsonl",
-                     "holdout6.jsonl", "holdout7.jsonl", "holdout8.jsonl", "holdout9.jsonl", "tune.jsonl",
-                     "tune10.jsonl", "tune11.jsonl", "tune12.jsonl", "tune13.jsonl", "tune14.jsonl", "tune15.jsonl",
-                     "tune2.jsonl",
-                     "tune3.jsonl", "tune4.jsonl", "tune5.jsonl", "tune6.jsonl", "tune7.jsonl", "tune8.jsonl",
-                     "tune9.jsonl"]
+    # dev.jsonl, tune2.jsonl (collected between the first two splits) and the splits' files: no other.
+    assert len(SPLITS) == 14
+    assert FILES == sorted(["dev.jsonl", "tune2.jsonl", *(name for split in SPLITS for name in split)])
 
 
 @pytest.mark.parametrize("name", FILES)
@@ -93,13 +88,8 @@ def test_the_split_is_the_documented_one(tune, holdout):
 
 def test_later_excerpts_come_from_threads_no_earlier_file_quotes():
     earlier: set[str] = set()
-    for batch in (("dev.jsonl", "tune.jsonl", "holdout.jsonl"), ("tune2.jsonl",), ("tune3.jsonl", "holdout2.jsonl"),
-                  ("tune4.jsonl", "holdout3.jsonl"), ("tune5.jsonl", "holdout4.jsonl"),
-                  ("tune6.jsonl", "holdout5.jsonl"), ("tune7.jsonl", "holdout6.jsonl"),
-                  ("tune8.jsonl", "holdout7.jsonl"), ("tune9.jsonl", "holdout8.jsonl", "tune10.jsonl", "holdout9.jsonl"),
-                  ("tune11.jsonl", "holdout10.jsonl", "tune12.jsonl", "holdout11.jsonl"),
-                  ("tune13.jsonl", "holdout12.jsonl", "tune14.jsonl", "holdout13.jsonl"),
-                  ("tune15.jsonl", "holdout14.jsonl")):
+    # In the order they were collected: dev with the first split, tune2, then each later split.
+    for batch in (("dev.jsonl", *SPLITS[0]), ("tune2.jsonl",), *SPLITS[1:]):
         sources = [row["source"].rstrip("/") for name in batch for row in rows(name)]
         assert not earlier & set(sources), f"{batch} quotes threads an earlier batch quotes"
         earlier |= set(sources)

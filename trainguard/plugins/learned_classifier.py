@@ -79,16 +79,12 @@ _NOISE = re.compile(r"[\w-]*[\d/][\w/.-]*")
 _WORD = re.compile(r"[a-z][a-z_]{1,30}")
 
 
-def line_tokens(line: str) -> set[str]:
-    """The distinct features of a line: its lowercase words (ids removed) and each pair of
-    neighbouring words (``out__of``, ``of__memory``: a phrase weighs more than its words)."""
-    words = _WORD.findall(_NOISE.sub(" ", line.lower()))
-    return {*words, *(f"{a}__{b}" for a, b in zip(words, words[1:]))}
-
-
 def tokens(text: str) -> set[str]:
-    """The distinct features of a text."""
-    return line_tokens(text)
+    """The distinct features of a text (a whole tail, or one line of it): its lowercase words
+    (ids removed) and each pair of neighbouring words (``out__of``, ``of__memory``: a phrase
+    weighs more than its words)."""
+    words = _WORD.findall(_NOISE.sub(" ", text.lower()))
+    return {*words, *(f"{a}__{b}" for a, b in zip(words, words[1:]))}
 
 
 class Model:
@@ -127,7 +123,7 @@ class Model:
         best, best_score = "", -math.inf
         for line in text.splitlines():
             score = 0.0
-            for word in line_tokens(line):
+            for word in tokens(line):
                 w = self.weights.get(word)
                 if w is not None:
                     score += w[c] - max(w[i] for i in range(len(w)) if i != c)

@@ -128,6 +128,25 @@ def test_ecc_error_restarts_the_job_away_from_the_node(volcano: VolcanoCluster, 
     assert (status["round"], status["action"], status["result"]) == (1, "reschedule_isolated", "recovered")
 
 
+def test_pod_level_rescheduling_off_a_node_that_stays_schedulable_takes_the_job_away(volcano: VolcanoCluster,
+                                                                                     tmp_path: Path) -> None:
+    """Pod-level rescheduling is allowed (``pod-retry-num``), but the ECC node is Ready: Volcano
+    would recreate the deleted pod from the template, possibly on that node again (the worker
+    fails every time it lands there). The round rescheduled the job with the node excluded."""
+    state = tmp_path / "state"
+    with ControllerThread(volcano, state):
+        submit(volcano, "podecc", ECC, {"fault-tolerance/job-retry-num": "3", "fault-tolerance/pod-retry-num": "3"},
+               workdir=tmp_path)
+        wait_for(lambda: job_phase(volcano, "podecc") == "Completed", 40)
+        wait_for(lambda: report(state, "podecc")["status"] == "succeeded", 10)
+    bad = (tmp_path / "bad").read_text().strip()
+    [round_] = report(state, "podecc")["rounds"]
+    assert (round_["action"], round_["isolated_nodes"], round_["result"]) == ("reschedule_isolated", [bad],
+                                                                              "recovered")
+    assert f"could be placed on {bad} again" in round_["reason"]
+    assert all(p["spec"]["nodeName"] != bad for p in volcano.pods(**{"volcano.sh/job-name": "podecc"}))
+
+
 def test_user_code_error_is_aborted_without_a_restart(volcano: VolcanoCluster, tmp_path: Path) -> None:
     script = """
 if [ "$VC_TASK_INDEX" = "1" ]; then

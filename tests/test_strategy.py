@@ -114,6 +114,21 @@ def test_pod_level_rescheduling_within_its_budget():
     assert run(NODE, history=used, max_num_of_pod_restart=1).action is Action.RESCHEDULE_ISOLATED
 
 
+@pytest.mark.parametrize("mode", ["Sync", "Async"])
+def test_pod_level_rescheduling_degrades_where_a_replacement_could_land_on_the_node_again(mode):
+    # A controller's pods are recreated from the job's template: while node-0 is schedulable a
+    # replaced pod may go back to it, so isolating it takes rescheduling the job (seed 002).
+    template = Capacity(("node-0", "node-1", "node-2"), 2, 4, steers_replacements=False)
+    decision = run(NODE, capacity=template, max_num_of_pod_restart=1, job_execution_mode=mode)
+    assert (decision.action, decision.isolate, decision.consumes_budget) == (Action.RESCHEDULE_ISOLATED,
+                                                                             ("node-0",), True)
+    assert "could be placed on node-0 again" in decision.reason
+    # Once node-0 is cordoned or NotReady (not among the schedulable nodes), the scheduler keeps
+    # replacements off it: one pod is enough.
+    gone = Capacity(("node-1", "node-2"), 2, 4, steers_replacements=False)
+    assert run(NODE, capacity=gone, max_num_of_pod_restart=1, job_execution_mode=mode).action is \
+        Action.REPLACE_INSTANCES
+
 def test_budget():
     spent = History(rounds=(record(1), record(2), record(3, Action.RESTART_IN_PLACE, budget=False)))
     ledger = (NodeFaultEntry("node-0", "TG-NCCL-ERROR", NOW - 1),)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainguard.adapters.kubernetes import nodes as node_api
 from trainguard.adapters.kubernetes import status as pod_status
 from trainguard.adapters.kubernetes.client import KubeApi
 from trainguard.adapters.volcano import world_size
@@ -14,18 +15,19 @@ from trainguard.model import Action, Capacity, Decision, ErrorSource, Fault, His
 
 
 def capacity(kube: KubeApi, tracked: Tracked, avoided: frozenset[str]) -> Capacity:
-    """The schedulable nodes and pods per node, from the Node list; a stand-in when unreadable."""
+    """The schedulable (Ready, uncordoned) nodes and pods per node, from the Node list; a
+    stand-in when unreadable. Volcano and the Job controller recreate a deleted pod from the
+    job's template, so a replacement cannot be steered off a node that is still schedulable."""
     size = world_size(tracked.kind, tracked.job)
     try:
         listed = kube.json(kube.core.list_node, patience=10)
-        nodes = tuple(n["metadata"]["name"] for n in listed.get("items") or []
-                      if not (n.get("spec") or {}).get("unschedulable"))
+        nodes = tuple(n["metadata"]["name"] for n in listed.get("items") or [] if node_api.is_schedulable(n))
         slots = max(1, -(-size // max(1, len(nodes))))
         per_node = max(slots, max((int((n.get("status") or {}).get("allocatable", {}).get("pods", 0) or 0)
                                    for n in listed.get("items") or []), default=slots))
-        return Capacity(nodes, per_node, size, isolated=avoided)
+        return Capacity(nodes, per_node, size, isolated=avoided, steers_replacements=False)
     except Exception:  # nodes may not be readable: the scheduler will say if nothing fits
-        return Capacity(("(cluster)", "(spare)"), size, size, isolated=frozenset())
+        return Capacity(("(cluster)", "(spare)"), size, size, isolated=frozenset(), steers_replacements=False)
 
 
 def cce_decision(tracked: Tracked, pods: list[dict[str, Any]], fault: Fault, verdict: Verdict,

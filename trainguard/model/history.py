@@ -135,7 +135,11 @@ class Capacity:
     """Where instances can go: the job's (virtual) nodes, their slots, and which are isolated.
 
     ``can_requeue``: the scheduler can give the job a new allocation (Slurm) when this one has
-    no healthy capacity left.
+    no healthy capacity left. ``steers_replacements``: an instance replaced on its own can be kept
+    off a given node (an adapter that places instances itself, or pins them by affinity). A
+    controller whose pods are recreated by another operator from the job's template cannot: a
+    replaced pod may land on the node it left, so isolating a node that is still schedulable
+    takes the whole job's rescheduling there.
     """
 
     nodes: tuple[str, ...]
@@ -143,6 +147,11 @@ class Capacity:
     world_size: int
     isolated: frozenset[str] = frozenset()
     can_requeue: bool = False
+    steers_replacements: bool = True
+
+    def keeps_off(self, node: str) -> bool:
+        """Whether instances replaced one by one will not be placed on ``node`` again."""
+        return self.steers_replacements or node not in self.nodes
 
     def healthy_slots(self, excluding: Iterable[str] = ()) -> int:
         out = self.isolated | frozenset(excluding)

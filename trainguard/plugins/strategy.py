@@ -172,16 +172,23 @@ def trainguard_decide_recovery(
             if verdict.node_fault:
                 return _fail(f"{code}: {why} and no healthy spare capacity to move to", transient=True)
             return budgeted(Action.RESTART_JOB, f"{why}; no spare node to isolate it, restarting the job")
-        if is_async:
+        # Seed 002: pod-level rescheduling isolates the node first; where replacements cannot be
+        # kept off it (it is still schedulable and the pods come from the job's template), it
+        # degrades to isolated job-level rescheduling.
+        steered = capacity.keeps_off(node)
+        if is_async and steered:
             return Decision(Action.REPLACE_INSTANCES, f"{why}: replacing the failed instances elsewhere",
                             consumes_budget=False, isolate=(node,), ranks=incident.failed_ranks,
                             unconditional=unconditional, strategy=NAME)
         pod_rounds = sum(1 for r in history.rounds if r.action is Action.REPLACE_INSTANCES)
-        if pod_rounds < policy.max_num_of_pod_restart:
+        if pod_rounds < policy.max_num_of_pod_restart and steered:
             return Decision(Action.REPLACE_INSTANCES, f"{why}: pod-level rescheduling of its ranks",
                             consumes_budget=False, isolate=(node,), ranks=incident.failed_ranks,
                             unconditional=unconditional, strategy=NAME)
-        return budgeted(Action.RESCHEDULE_ISOLATED, f"{why}: isolating it and rescheduling the job", (node,))
+        unsteered = "" if steered else (f" (a replaced instance could be placed on {node} again: it is still "
+                                        "schedulable)")
+        return budgeted(Action.RESCHEDULE_ISOLATED, f"{why}: isolating it and rescheduling the job{unsteered}",
+                        (node,))
 
     if is_async:
         return Decision(Action.RESTART_INSTANCES, f"{code}: restarting the failed instances",

@@ -21,10 +21,13 @@ def schedulable(kube: KubeApi, template: Mapping[str, Any]) -> list[str] | None:
         if status_of(exc) in (401, 403):
             return None
         raise
-    return sorted(n["metadata"]["name"] for n in items if manifests.node_matches(n, template)
-                  and not (n.get("spec") or {}).get("unschedulable")
-                  and any(c.get("type") == "Ready" and c.get("status") == "True"
-                          for c in (n.get("status") or {}).get("conditions") or []))
+    return sorted(n["metadata"]["name"] for n in items if manifests.node_matches(n, template) and is_schedulable(n))
+
+
+def is_schedulable(node: Mapping[str, Any]) -> bool:
+    """Ready and not cordoned: where the scheduler may place a new pod."""
+    return not (node.get("spec") or {}).get("unschedulable") and any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in (node.get("status") or {}).get("conditions") or [])
 
 
 def set_taint(kube: KubeApi, node: str, value: str | None, job_id: str) -> None:

@@ -119,7 +119,7 @@ KNOWLEDGE = [
     ("[4810.1] Memory cgroup out of memory: Killed process 1234 (pt_main_thread)", "host_oom", False,
      "TG-HOST-OOM"),
     ("slurmstepd: error: Detected 1 oom-kill event(s) in StepId=4242.0. Some of your processes may have been "
-     "killed by the cgroup out-of-memory handler.", "host_oom", True, "TG-HOST-OOM-CGROUP"),
+     "killed by the cgroup out-of-memory handler.", "host_oom", False, "TG-HOST-OOM-CGROUP"),
     ("train.sh: line 12: 31337 Killed                  python train.py", "host_oom", False, "TG-SIGKILL"),
     ("train.sh: Zeile 12: 31337 Getötet                 python train.py", "host_oom", False, "TG-SIGKILL"),
     ("train.sh : ligne 12 : 31337 Processus arrêté         python train.py", "host_oom", False, "TG-SIGKILL"),
@@ -244,10 +244,10 @@ KNOWLEDGE = [
      True, "TG-NETWORK"),
     # schedulers and clouds: LSF termination reasons, PBS/YARN memory limits, capacity, shutdown notices
     ("TERM_RUNLIMIT: job killed after reaching LSF run time limit.", "node_or_infra", True, "TG-TIME-LIMIT"),
-    ("TERM_MEMLIMIT: job killed after reaching LSF memory usage limit.", "host_oom", True, "TG-HOST-OOM-CGROUP"),
+    ("TERM_MEMLIMIT: job killed after reaching LSF memory usage limit.", "host_oom", False, "TG-HOST-OOM-CGROUP"),
     ("TERM_PREEMPT: job killed after preemption.", "node_or_infra", True, "TG-PREEMPTED"),
     ("Container killed by YARN for exceeding memory limits. 10.4 GB of 10 GB physical memory used.", "host_oom",
-     True, "TG-HOST-OOM-CGROUP"),
+     False, "TG-HOST-OOM-CGROUP"),
     # only the step, no one named: torn down under the job (a requeue, srun after another task failed)
     ("slurmstepd: error: *** STEP 1234.0 ON gpu01 CANCELLED AT 2024-05-01T10:00:00 ***", "node_or_infra", True,
      "TG-SLURM-STEP-CANCELLED"),
@@ -383,8 +383,8 @@ WIDENED = [
     ("run.sh: linha 3: 4242 Falha de segmentação (imagem do núcleo gravada) python train.py",
      "segfault_or_signal", False, False, "TG-SIGSEGV-LIB"),
     ("slurmstepd: error: Detected 1 oom_kill event in StepId=1234.0. Some of the step tasks have been OOM Killed.",
-     "host_oom", True, False, "TG-HOST-OOM-CGROUP"),
-    ("TERM_SWAP: job killed after reaching process swap limit.", "host_oom", True, False, "TG-HOST-OOM-CGROUP"),
+     "host_oom", False, False, "TG-HOST-OOM-CGROUP"),
+    ("TERM_SWAP: job killed after reaching process swap limit.", "host_oom", False, False, "TG-HOST-OOM-CGROUP"),
     ("OSError: [WinError 1455] The paging file is too small for this operation to complete", "host_oom", False,
      False, "TG-HOST-ENOMEM"),
     # device memory in other frameworks' allocators
@@ -780,6 +780,14 @@ TUNE9_TO_15_FAMILIES = [
     ("Epoch 0:   0%|          | 0/410 [00:00<?, ?it/s]/usr/lib/python3/site-packages/torch/utils/checkpoint.py:460: "
      "UserWarning: torch.utils.checkpoint: please pass in use_reentrant=True or use_reentrant=False explicitly.\n"
      "  warnings.warn(\n", "hang_or_stuck", False, False, "TG-INIT-STALL"),
+    # tune16: a bar drawn without a space before its rate (tensorpack's format), left at 0%, after
+    # the start line (step 0 is a start, not progress)
+    ("Start training with global_step=0\n0%|          |0/10000[00:00<?,?it/s]\n", "hang_or_stuck", False, False,
+     "TG-INIT-STALL"),
+    ("[Epoch 3] global_step=4200 lr=0.0003\n", "success_or_benign", True, False, "TG-PROGRESS"),
+    # a job over its own memory request outgrows it again
+    ("srun: error: gpu-17: task 3: Out Of Memory\nsrun: Terminating StepId=4777403.0", "host_oom", False, False,
+     "TG-HOST-OOM-CGROUP"),
 ]
 
 

@@ -26,6 +26,9 @@ HOST = PluginHost(load_entry_points=False)
 UNDECIDABLE = {
     10: ({"node_fault"}, "ncclRemoteError with a connection reset; the bad InfiniBand nodes were named only later "
                        "in the thread"),
+    38: ({"retryable"}, "a Slurm step's cgroup OOM kill; only the thread says --exclusive fixed it (memory taken by "
+                      "jobs beside it); the text reads as the job outgrowing its request, which recurs (c-3039, "
+                      "ae-28001)"),
     55: ({"category"}, "the excerpt stops inside the checkpoint hook's traceback, before the Errno 122 line"),
     71: ({"retryable"}, "'Horovod has been shut down' is word for word excerpt 70's (retryable); only the thread "
                       "says a rank stopped early on purpose"),

@@ -72,7 +72,10 @@ KNOWLEDGE = [
     ("[1,0]<stderr>:One or more tensors were submitted to be reduced, gathered or broadcasted by subset of ranks "
      "and are waiting for remainder of ranks for more than 60 seconds.", "hang_or_stuck", True, "TG-STALL"),
     # CUDA runtime errors
-    ("RuntimeError: CUDA error: an illegal memory access was encountered", "gpu_hardware", True, "TG-GPU-ERROR"),
+    ("RuntimeError: CUDA error: an illegal memory access was encountered", "user_code", False,
+     "TG-CUDA-ILLEGAL-ADDRESS"),
+    ("NCCL WARN Cuda failure 'an illegal memory access was encountered'", "user_code", False,
+     "TG-CUDA-ILLEGAL-ADDRESS"),
     ("RuntimeError: CUDA error: unspecified launch failure", "gpu_hardware", True, "TG-GPU-ERROR"),
     ("RuntimeError: CUDA error: device-side assert triggered\nCUDA kernel errors might be asynchronously "
      "reported", "user_code", False, "TG-CUDA-ASSERT"),
@@ -785,6 +788,13 @@ TUNE9_TO_15_FAMILIES = [
     ("Start training with global_step=0\n0%|          |0/10000[00:00<?,?it/s]\n", "hang_or_stuck", False, False,
      "TG-INIT-STALL"),
     ("[Epoch 3] global_step=4200 lr=0.0003\n", "success_or_benign", True, False, "TG-PROGRESS"),
+    # tune17: an Ascend NPU that dropped out; checkpoints written
+    ("Device[1] lost heartbeat.[FUNC:SyncTask][FILE:direct_hwts_engine.cc][LINE:407]", "gpu_hardware", True, True,
+     "TG-GPU-LOST"),
+    ("[INFO] [torch_checkpoint_engine.py:23:save] [Torch] Saved ./ckpt/global_step300/mp_rank_00_model_states.pt.",
+     "success_or_benign", True, False, "TG-PROGRESS"),
+    ("INFO:torchsnapshot.scheduler:---- Rank 5 completed writing in 81.26 seconds (throughput 246.13MB/s) ----",
+     "success_or_benign", True, False, "TG-PROGRESS"),
     # a job over its own memory request outgrows it again
     ("srun: error: gpu-17: task 3: Out Of Memory\nsrun: Terminating StepId=4777403.0", "host_oom", False, False,
      "TG-HOST-OOM-CGROUP"),

@@ -795,6 +795,32 @@ TUNE9_TO_15_FAMILIES = [
      "success_or_benign", True, False, "TG-PROGRESS"),
     ("INFO:torchsnapshot.scheduler:---- Rank 5 completed writing in 81.26 seconds (throughput 246.13MB/s) ----",
      "success_or_benign", True, False, "TG-PROGRESS"),
+    # tune18, other accelerators' runtimes and collective libraries in their documented words
+    ("EE1002: 2024-09-26-16:06:40.565.510 Stream synchronize timeout. rtDeviceSynchronize execute failed, "
+     "reason=[stream sync timeout]", "nccl_timeout", True, False, "TG-NCCL-TIMEOUT"),
+    ("|CCL_ERROR| worker.cpp:338 ccl_worker_func: worker 0 caught internal exception: oneCCL: ze_call.cpp:28 "
+     "do_call: EXCEPTION: ze error at zeCommandQueueExecuteCommandLists, code: ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY",
+     "cuda_oom", False, False, "TG-CUDA-OOM"),
+    ("2024:01:15-03:36:29:(1980058) |CCL_ERROR| atl_ofi.cpp:120 init: fi_getinfo error: ret -61, providers 0",
+     "nccl_error", True, False, "TG-NCCL-ERROR"),
+    ("HCCL demo error: In function hcclAllReduceWrapper(): hcclAllReduce(sendbuff, recvbuff, count) failed: A device "
+     "is busy or an internal check failed\nterminate called without an active exception", "nccl_error", True, False,
+     "TG-NCCL-ERROR"),
+    # a notebook's bar left at 0%; NeMo's warning lines, OpenNMT's perplexity reports and AlphaFold's
+    # closing timings are health
+    ("Epoch ... :   0% 0/3 [00:00<?, ?it/s]\nTraining...:   0% 0/161270 [00:00<?, ?it/s]\n", "hang_or_stuck", False,
+     False, "TG-INIT-STALL"),
+    ("[NeMo W 2024-03-31 19:25:05 tacotron2:338 rank:2] Reached max decoder steps 1000.", "success_or_benign", True,
+     False, "TG-BENIGN"),
+    ("[2018-07-24 13:16:21,693 INFO] Step 50/  100; acc:   5.05; ppl: 2389.35; xent: 7.78; lr: 0.00001",
+     "success_or_benign", True, False, "TG-PROGRESS"),
+    ("I0409 21:15:23.404444 139865793787712 run_alphafold.py:271] Final timings for model_1: {'features': 17525.1}",
+     "success_or_benign", True, False, "TG-BENIGN"),
+    # the heartbeat monitor after a caught collective timeout is its cascade
+    ("[rank1]:[E ProcessGroupNCCL.cpp:563] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, "
+     "OpType=BROADCAST, NumelIn=5, NumelOut=5, Timeout(ms)=1800000) ran for 1800047 milliseconds before timing out.\n"
+     "[rank1]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank 1] Heartbeat monitor timed out! Process will be terminated "
+     "after dumping debug info. workMetaList_.size()=2", "nccl_timeout", True, False, "TG-NCCL-TIMEOUT"),
     # a job over its own memory request outgrows it again
     ("srun: error: gpu-17: task 3: Out Of Memory\nsrun: Terminating StepId=4777403.0", "host_oom", False, False,
      "TG-HOST-OOM-CGROUP"),

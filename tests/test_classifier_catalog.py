@@ -76,6 +76,8 @@ KNOWLEDGE = [
      "TG-CUDA-ILLEGAL-ADDRESS"),
     ("NCCL WARN Cuda failure 'an illegal memory access was encountered'", "user_code", False,
      "TG-CUDA-ILLEGAL-ADDRESS"),
+    ("Memory access fault by GPU node-2 (Agent handle: 0x55d1c8a3e9e0) on address 0x7f2a1c000000. Reason: Page not "
+     "present or supervisor privilege.", "user_code", False, "TG-CUDA-ILLEGAL-ADDRESS"),
     ("RuntimeError: CUDA error: unspecified launch failure", "gpu_hardware", True, "TG-GPU-ERROR"),
     ("RuntimeError: CUDA error: device-side assert triggered\nCUDA kernel errors might be asynchronously "
      "reported", "user_code", False, "TG-CUDA-ASSERT"),

@@ -818,6 +818,16 @@ TUNE9_TO_15_FAMILIES = [
      "success_or_benign", True, False, "TG-PROGRESS"),
     ("I0409 21:15:23.404444 139865793787712 run_alphafold.py:271] Final timings for model_1: {'features': 17525.1}",
      "success_or_benign", True, False, "TG-BENIGN"),
+    # tune19: Windows' NTSTATUS crash codes as a launcher reports them; the old runtime's launch
+    # timeout; a program telling the user to check the arguments
+    ("torch.multiprocessing.spawn.ProcessExitedException: process 0 terminated with exit code 3221225477",
+     "segfault_or_signal", True, False, "TG-SIGSEGV"),
+    ("torch.multiprocessing.spawn.ProcessExitedException: process 0 terminated with exit code 3221225620",
+     "segfault_or_signal", False, False, "TG-FATAL-SIGNAL"),
+    ("RuntimeError: cuda runtime error (6) : the launch timed out and was terminated at /opt/conda/THC/THCGeneral.cpp:8",
+     "gpu_hardware", True, False, "TG-GPU-ERROR"),
+    ("No data found. Please verify arguments (train_data_dir must be the parent of folders with images)", "user_code",
+     False, False, "TG-USER-CONFIG"),
     # the heartbeat monitor after a caught collective timeout is its cascade
     ("[rank1]:[E ProcessGroupNCCL.cpp:563] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, "
      "OpType=BROADCAST, NumelIn=5, NumelOut=5, Timeout(ms)=1800000) ran for 1800047 milliseconds before timing out.\n"

@@ -16,13 +16,14 @@ import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import yaml
 
 from trainguard.errors import PluginError
 from trainguard.hooks.markers import hookimpl
 from trainguard.model import Category, ErrorSource, Fault, LogPattern, Verdict
+from trainguard.plugins import device_memory
 from trainguard.policy import Policy
 
 CATALOG = Path(__file__).with_name("patterns.yaml")
@@ -310,9 +311,11 @@ class Catalog:
         if p.node_fault:
             node = node or next((m.node for m in candidates if m.node and m.pattern.node_fault), None)
             gpu = gpu or next((m.gpu for m in candidates if m.gpu), None)
-        return Verdict(p.category, p.fault_code, retryable=p.retryable, node_fault=p.node_fault,
-                       user_error=p.user_error, evidence=match.line[:500], confidence=p.confidence,
-                       node=node, gpu=gpu, classifier=f"{classifier}:{p.id}")
+        verdict = Verdict(p.category, p.fault_code, retryable=p.retryable, node_fault=p.node_fault,
+                          user_error=p.user_error, evidence=match.line[:500], confidence=p.confidence,
+                          node=node, gpu=gpu, classifier=f"{classifier}:{p.id}")
+        refine = REFINERS.get(p.fault_code)
+        return refine(verdict, plain(text)[match.start:match.start + 2000]) if refine else verdict
 
 
 def _group(text: str, match: re.Match[str], name: str | None) -> str | None:
@@ -322,6 +325,10 @@ def _group(text: str, match: re.Match[str], name: str | None) -> str | None:
     begin, end = match.span(name)
     return text[begin:end]
 
+
+# What a verdict's numbers can change once its pattern matched (a regex cannot compare sizes):
+# fault code -> refine(verdict, the text from the match on) -> verdict.
+REFINERS: dict[str, Callable[[Verdict, str], Verdict]] = {"TG-CUDA-OOM": device_memory.refine}
 
 _catalogs: dict[tuple[LogPattern, ...], Catalog] = {}
 

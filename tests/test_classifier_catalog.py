@@ -828,6 +828,19 @@ TUNE9_TO_15_FAMILIES = [
      "gpu_hardware", True, False, "TG-GPU-ERROR"),
     ("No data found. Please verify arguments (train_data_dir must be the parent of folders with images)", "user_code",
      False, False, "TG-USER-CONFIG"),
+    # tune20: NCCL's shared memory, TensorFlow's collective ops, Horovod's HTTP rendezvous; iteration 0
+    ("2edaa9ce4458:21611:21719 [2] misc/shmutils.cc:113 NCCL WARN Error while creating shared memory segment "
+     "/dev/shm/nccl-Ex9eRl (size 9637888)", "nccl_error", False, False, "TG-NCCL-SHM"),
+    ("E tensorflow/core/common_runtime/ring_reducer.cc:369] Aborting RingReduce with Unavailable: Socket closed",
+     "nccl_error", True, False, "TG-COMM-ERROR"),
+    ("[1]<stderr>:E horovod/common/gloo/http_store.cc:96] HTTP GET request failed too many times, aborting.\n"
+     "[1]<stderr>:terminate called after throwing an instance of 'std::runtime_error'", "node_or_infra", True, False,
+     "TG-RENDEZVOUS"),
+    ("I0705 13:35:50.376612 18557 solver.cpp:237] Iteration 0, loss = 2.9456\n"
+     "Epoch 0:   0%|          | 0/32425 [00:00<?, ?it/s]/opt/nvme_optimizer.py:55: UserWarning: TypedStorage is "
+     "deprecated.\n  numel += p.storage().size()\n", "hang_or_stuck", False, False, "TG-INIT-STALL"),
+    ("I0705 13:36:50.376612 18557 solver.cpp:237] Iteration 20, loss = 2.1456", "success_or_benign", True, False,
+     "TG-PROGRESS"),
     # the heartbeat monitor after a caught collective timeout is its cascade
     ("[rank1]:[E ProcessGroupNCCL.cpp:563] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, "
      "OpType=BROADCAST, NumelIn=5, NumelOut=5, Timeout(ms)=1800000) ran for 1800047 milliseconds before timing out.\n"

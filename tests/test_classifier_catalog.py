@@ -841,6 +841,11 @@ TUNE9_TO_15_FAMILIES = [
      "deprecated.\n  numel += p.storage().size()\n", "hang_or_stuck", False, False, "TG-INIT-STALL"),
     ("I0705 13:36:50.376612 18557 solver.cpp:237] Iteration 20, loss = 2.1456", "success_or_benign", True, False,
      "TG-PROGRESS"),
+    # tune21: THC's wording of CUBLAS_STATUS_EXECUTION_FAILED; early-stopping bookkeeping
+    ("RuntimeError: cublas runtime error : the GPU program failed to execute at /opt/pytorch/aten/src/THC/THCBlas.cu:259",
+     "gpu_hardware", True, False, "TG-GPU-ERROR"),
+    ("INFO [trainer.py:163]: Early stopping counter: 1 out of 10\nINFO [trainer.py:506]: Validation finished.",
+     "success_or_benign", True, False, "TG-PROGRESS"),
     # the heartbeat monitor after a caught collective timeout is its cascade
     ("[rank1]:[E ProcessGroupNCCL.cpp:563] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, "
      "OpType=BROADCAST, NumelIn=5, NumelOut=5, Timeout(ms)=1800000) ran for 1800047 milliseconds before timing out.\n"

@@ -13,19 +13,21 @@ the next round's, with required node anti-affinity (``matchFields metadata.name 
 isolated nodes, since a running Volcano Job's spec cannot change; restarting or replacing single
 ranks deletes their pods and Volcano creates them again from the task (same node affinity as the
 round was submitted with: to keep a replaced pod off a node found bad mid-round, use
-``--taint-bad-nodes``).
+``--taint-bad-nodes``; without it, isolating a node that is still schedulable reschedules the
+whole job instead of replacing its pods).
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any, Sequence
 
 from trainguard.adapters import Exit, Launch
 from trainguard.adapters.kubernetes import manifests
 from trainguard.adapters.kubernetes.adapter import KubernetesAdapter
 from trainguard.adapters.volcano import VOLCANO, VolcanoApi
-from trainguard.model import Instance
+from trainguard.model import Capacity, Instance
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,12 @@ class VolcanoAdapter(KubernetesAdapter):
                              "annotations": {"trainguard.io/job-id": self.job_id}},
                 "spec": {"schedulerName": "volcano", "queue": self.queue, "minAvailable": len(tasks),
                          "maxRetry": 1, "policies": [], "tasks": tasks}}
+
+    def capacity(self, isolated: frozenset[str]) -> Capacity:
+        # A replaced rank's pod comes from the round's task, so only the taint keeps it off a node
+        # found bad mid-round: without --taint-bad-nodes, isolating a schedulable node takes the
+        # whole job's rescheduling (a new round's Job excludes it).
+        return replace(super().capacity(isolated), steers_replacements=self.taint_bad_nodes)
 
     def start(self, launches: Sequence[Launch]) -> dict[int, Instance]:
         ranks = {launch.instance.rank for launch in launches}

@@ -34,12 +34,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from trainguard.hooks import PluginHost  # noqa: E402
 from trainguard.logtail import read_tail  # noqa: E402
-from trainguard.model import ErrorSource, Fault, Verdict  # noqa: E402
+from trainguard.model import Category, ErrorSource, Fault, Verdict  # noqa: E402
 from trainguard.policy import Policy  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "faultlogs"
-LABELS = ("nccl_timeout", "nccl_error", "cuda_oom", "host_oom", "gpu_hardware", "node_or_infra", "user_code",
-          "hang_or_stuck", "segfault_or_signal", "success_or_benign")
+# The corpus labels: every category but unknown (a verdict, never a label), in Category's order.
+LABELS = tuple(c.value for c in Category if c is not Category.UNKNOWN)
 KEYS = {"id", "source", "label", "retryable", "node_fault", "note", "text"}
 
 

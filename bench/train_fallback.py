@@ -23,13 +23,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from trainguard.model import Category  # noqa: E402
 from trainguard.plugins.learned_classifier import FAMILY, MODEL, Model, tokens  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "faultlogs"
 # dev.jsonl and every tuning part of a split (tune.jsonl, tune2.jsonl, ...), in a fixed order.
 TUNING = ("dev.jsonl", *sorted(path.name for path in DATA.glob("tune*.jsonl")))
-LABELS = ("nccl_timeout", "nccl_error", "cuda_oom", "host_oom", "gpu_hardware", "node_or_infra", "user_code",
-          "hang_or_stuck", "segfault_or_signal", "success_or_benign")
+# The corpus labels: every category but unknown (a verdict, never a label), in Category's order.
+LABELS = tuple(c.value for c in Category if c is not Category.UNKNOWN)
 ALPHA = 0.5        # additive smoothing
 MIN_DOCS = 2       # a word must appear in this many excerpts to be a feature
 SCALES = (1.0, 0.5, 0.3, 0.2, 0.1)

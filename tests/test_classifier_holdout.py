@@ -22,12 +22,12 @@ import pytest
 
 from conftest import REPO
 from trainguard.hooks import PluginHost
-from trainguard.model import ErrorSource, Fault
+from trainguard.model import Category, ErrorSource, Fault
 from trainguard.policy import Policy
 
 DATA = REPO / "tests" / "data" / "faultlogs"
-LABELS = {"nccl_timeout", "nccl_error", "cuda_oom", "host_oom", "gpu_hardware", "node_or_infra", "user_code",
-          "hang_or_stuck", "segfault_or_signal", "success_or_benign"}
+# The corpus labels: every category but unknown (a verdict, never a label), in Category's order.
+LABELS = tuple(c.value for c in Category if c is not Category.UNKNOWN)
 HOST = PluginHost(load_entry_points=False)
 
 # Over every holdout*.jsonl (740 excerpts), with the learned fallback on (the default): measured

@@ -136,10 +136,10 @@ class Capacity:
 
     ``can_requeue``: the scheduler can give the job a new allocation (Slurm) when this one has
     no healthy capacity left. ``steers_replacements``: an instance replaced on its own can be kept
-    off a given node (an adapter that places instances itself, or pins them by affinity). A
-    controller whose pods are recreated by another operator from the job's template cannot: a
-    replaced pod may land on the node it left, so isolating a node that is still schedulable
-    takes the whole job's rescheduling there.
+    off a given node (an adapter that places instances itself, or pins them by affinity). Where
+    another operator recreates a replaced pod from the job's template (Volcano, under the
+    controller or ``--adapter volcano`` without ``--taint-bad-nodes``) it cannot: the pod may land
+    on the node it left, so isolating a node that is still schedulable takes rescheduling the job.
     """
 
     nodes: tuple[str, ...]

@@ -268,7 +268,10 @@ class Catalog:
             self._compiled.append((p, lowered, gate, compiled))
 
     def matches(self, text: str) -> list[Match]:
-        text = plain(text)
+        """Every pattern's first match in ``text``; positions index ``plain(text)``."""
+        return self._matches(plain(text))
+
+    def _matches(self, text: str) -> list[Match]:
         found = []
         lowered_text = text.translate(_ASCII_LOWER)  # same length: spans index the original
         vocabulary = set(_LETTERS.findall(lowered_text))
@@ -302,7 +305,8 @@ class Catalog:
         What the fault is and where it is may come from different lines: a node fault takes
         the GPU or host from any other matching pattern when its own does not name one.
         """
-        candidates = self.matches(text)
+        text = plain(text)
+        candidates = self._matches(text)
         if not candidates:
             return None
         match = min(candidates, key=lambda m: (-m.pattern.priority, m.start))
@@ -315,7 +319,7 @@ class Catalog:
                           user_error=p.user_error, evidence=match.line[:500], confidence=p.confidence,
                           node=node, gpu=gpu, classifier=f"{classifier}:{p.id}")
         refine = REFINERS.get(p.fault_code)
-        return refine(verdict, plain(text)[match.start:match.start + 2000]) if refine else verdict
+        return refine(verdict, text[match.start:match.start + 2000]) if refine else verdict
 
 
 def _group(text: str, match: re.Match[str], name: str | None) -> str | None:

@@ -74,11 +74,16 @@ def test_a_no_pattern_excerpt_gets_the_learned_verdict(enabled, text, label, cod
     assert verdict.retryable is learned_classifier.FAMILY[label][1]  # the texts show no program error
 
 
-def test_a_pattern_match_keeps_the_pattern_verdict(enabled):
+def test_a_pattern_match_keeps_the_pattern_verdict_and_the_model_is_not_asked(enabled, monkeypatch):
+    read = []
+    judge = learned_classifier.judge
+    monkeypatch.setattr(learned_classifier, "judge", lambda text: read.append(text) or judge(text))
     text = CUDA_OOM + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
     verdict = classify(text)
     assert verdict.classifier.startswith("log_classifier:")
     assert verdict.fault_code == "TG-CUDA-OOM"
+    assert read == []  # a wrapper around the classifiers: a named fault costs no model reading
+    assert classify(CUDA_OOM).classifier == "learned:cuda_oom" and read == [CUDA_OOM]
 
 
 def test_a_failure_with_no_named_cause_gets_the_learned_guess(enabled, monkeypatch):

@@ -10,6 +10,8 @@ speaks when no pattern does:
   category (the lowest is 0.4) and of the exit classifier, so the host's merge lets it decide
   only when nothing else did; it is above the catalog's ``failure-marker`` (0.1: the tail shows
   that something failed, not what), which is when a guess is most wanted;
+* it is a hook wrapper around the other classifiers: it reads the tail only when none of their
+  verdicts is as confident as a guess, so a fault a pattern names costs nothing more;
 * it returns None unless its most probable class passes the threshold chosen by
   leave-one-file-out cross-validation on the tuning files (stored in the model);
 * it never says ``success_or_benign`` (benign needs positive evidence), its verdict is never a
@@ -34,7 +36,7 @@ import os
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Generator, Iterable
 
 from trainguard.hooks.markers import hookimpl
 from trainguard.model import Category, ErrorSource, Fault, LogPattern, Verdict
@@ -165,11 +167,24 @@ def judge(text: str) -> Verdict | None:
                    evidence=m.evidence(text, label)[:500], confidence=CONFIDENCE, classifier=f"learned:{label}")
 
 
-@hookimpl
-def trainguard_classify_fault(fault: Fault, log_tail: str, policy: Policy,
-                              patterns: tuple[LogPattern, ...]) -> Verdict | None:
+def asked(fault: Fault, log_tail: str, verdicts: Iterable[Verdict]) -> bool:
+    """Whether a guess could change the merged verdict: only a tail no other classifier named
+    (no verdict as confident as a guess), of a fault that is not a hang or a clean exit."""
     if not log_tail or fault.source in (ErrorSource.HANG, ErrorSource.EXIT_HANG) or not enabled():
-        return None
+        return False
     if fault.source is ErrorSource.EXIT_CODE and fault.exit_code == 0 and not fault.signal:
-        return None  # a clean exit is benign by the engine's rule, whatever the log's words
-    return judge(log_tail)
+        return False  # a clean exit is benign by the engine's rule, whatever the log's words
+    # Another plugin's garbage is the host's to report (it checks the list after the wrappers).
+    return all(verdict.confidence < CONFIDENCE for verdict in verdicts if isinstance(verdict, Verdict))
+
+
+@hookimpl(wrapper=True)
+def trainguard_classify_fault(fault: Fault, log_tail: str, policy: Policy,
+                              patterns: tuple[LogPattern, ...]) -> Generator[None, list[Verdict], list[Verdict]]:
+    # A wrapper, so that it sees every other classifier's verdict first and the model reads the
+    # tail (2-3 ms) only when its guess could be the answer: most faults have a pattern's verdict.
+    verdicts = yield
+    if not asked(fault, log_tail, verdicts):
+        return verdicts
+    guess = judge(log_tail)
+    return verdicts if guess is None else [*verdicts, guess]

@@ -94,7 +94,8 @@ SPLITS = ((("collected_a.jsonl", "collected_b.jsonl"), "tune.jsonl", "holdout.js
           (("collected_aj.jsonl", "collected_ak.jsonl", "collected_al.jsonl"), "tune18.jsonl", "holdout17.jsonl"),
           (("collected_am.jsonl", "collected_an.jsonl", "collected_ao.jsonl"), "tune19.jsonl", "holdout18.jsonl"),
           (("collected_ap.jsonl", "collected_aq.jsonl", "collected_ar.jsonl"), "tune20.jsonl", "holdout19.jsonl"),
-          (("collected_as.jsonl", "collected_at.jsonl", "collected_au.jsonl"), "tune21.jsonl", "holdout20.jsonl"))
+          (("collected_as.jsonl", "collected_at.jsonl", "collected_au.jsonl"), "tune21.jsonl", "holdout20.jsonl"),
+          (("collected_av.jsonl", "collected_aw.jsonl", "collected_ax.jsonl"), "tune22.jsonl", "holdout21.jsonl"))
 
 
 def split() -> None:

@@ -281,6 +281,18 @@ KNOWLEDGE = [
      "Root Cause (first observed failure):\n[0]:\n  exitcode  : -7 (pid: 3111)", "segfault_or_signal", False,
      "TG-SIGBUS-ALL"),
     ("ERROR: Job failed: exit code 1", "user_code", False, "TG-CHILD-FAILED"),
+    # a bus error: the launcher's report is retried, the process's own (or its shell's) is not
+    ("ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -7) local_rank: 1 (pid: 77)",
+     "segfault_or_signal", True, "TG-SIGBUS"),
+    ("  traceback : Signal 7 (SIGBUS) received by PID 3112", "segfault_or_signal", True, "TG-SIGBUS"),
+    ("*** SIGBUS received at time=1700000000 on cpu 3 ***\nPC: @ 0x7f00  (unknown)", "segfault_or_signal", False,
+     "TG-SIGBUS-LIB"),
+    ("run.sh: line 4: 2211 Bus error               (core dumped) python train.py", "segfault_or_signal", False,
+     "TG-SIGBUS-LIB"),
+    # EIO whatever its message; a transport error translated by httpx
+    ("OSError: [Errno 5] Can't read data (file read failed)", "node_or_infra", True, "TG-IO-ERROR"),
+    ("Traceback (most recent call last):\n  File \"/v/httpx/_transports/default.py\", line 101, in "
+     "map_httpcore_exceptions\n    yield", "node_or_infra", True, "TG-NETWORK"),
     # host memory named by other runtimes; a GPU driver that cannot start
     ("java.lang.OutOfMemoryError: Java heap space", "host_oom", False, "TG-HOST-ENOMEM"),
     ("RuntimeError: CUDA driver initialization failed, you might not have a CUDA gpu.", "gpu_hardware", True,
@@ -299,6 +311,7 @@ KNOWLEDGE = [
      "high memory pressure", "success_or_benign", True, "TG-BENIGN"),
     ("{'loss': 1.2345, 'learning_rate': 1.9e-05, 'epoch': 0.5}", "success_or_benign", True, "TG-PROGRESS"),
     ("=== EPOCH 12/50 ===\nLoss train: 0.073  eval: 0.069", "success_or_benign", True, "TG-PROGRESS"),
+    ("Train Epoch: 3 [12800/60000 (21%)]", "success_or_benign", True, "TG-PROGRESS"),
     # Kubernetes container states as `kubectl describe` prints them
     ("Last State:  Terminated\n  Reason:  Error\n  Exit Code:  139", "segfault_or_signal", True, "TG-SIGSEGV"),
     ("Last State:  Terminated\n  Reason:  Error\n  Exit Code:  143", "node_or_infra", True, "TG-SIGTERM"),

@@ -229,12 +229,14 @@ def test_dry_run_logs_the_decision_and_carries_none_out(tmp_path):
     assert "dry run: would" in report["failure"]["reason"]
 
 
-def test_cli_dry_run_on_a_simulated_job(tmp_path):
+@pytest.mark.parametrize("flag", ["--dry-run", "--decide-only"])
+def test_cli_dry_run_on_a_simulated_job(tmp_path, flag):
+    # run --dry-run is --decide-only on every adapter but kubernetes (where it prints manifests).
     scenario = tmp_path / "scenario.yaml"
     scenario.write_text(json.dumps({"workload": {"work": 3600}, "mix": {
         "classes": {"net": {"log": SWITCH}}, "scripted": [{"at": 600, "fault": "net", "nodes": ["node-0"]}]}}))
     env = {**os.environ, "TRAINGUARD_SIM_SCENARIO": str(scenario)}
-    run = subprocess.run([sys.executable, "-m", "trainguard", "run", "--adapter", "sim", "--dry-run", "--nproc", "16",
+    run = subprocess.run([sys.executable, "-m", "trainguard", "run", "--adapter", "sim", flag, "--nproc", "16",
                           "--nodes", "2", "--job-id", "dry-cli", "--state-dir", str(tmp_path / "state"),
                           "--enable-job-restart", "true", "--", "train.py"],
                          env=env, capture_output=True, text=True, timeout=120)

@@ -25,7 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--pod-template", default=None, metavar="FILE.yaml",
                        help="a Pod or PodTemplateSpec whose image, resources, volumes, tolerations and node "
                             "selector every rank pod keeps")
-    group.add_argument("--dry-run", action="store_true", help="print the manifests it would create, create nothing")
+    group.add_argument("--dry-run", action="store_true",
+                       help="with --adapter kubernetes: print the manifests it would create, create nothing; with "
+                            "any other adapter: run the job but only decide and log each recovery (--decide-only)")
     group.add_argument("--taint-bad-nodes", action="store_true",
                        help="taint isolated nodes trainguard.io/unhealthy=<code>:NoSchedule (needs node patch "
                             "rights; lifted when the isolation window ends)")

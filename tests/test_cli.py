@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +33,7 @@ def tg(*args: str, cwd: Path | None = None, env: dict | None = None) -> subproce
      "--events-file /proc/nope/events.jsonl: No such file or directory"),
     (["history", "nope"], "no run history in"),
     (["classify", "/nonexistent.log"], "/nonexistent.log: no such file"),
+    (["classify", "/"], "/: is a directory"),
     (["classify", "x", "--signal", "SIGNOPE"], "'SIGNOPE' is not a signal"),
     (["frobnicate"], "invalid choice"),
     (["--log-level", "loud", "history"], "argument --log-level: invalid choice: 'LOUD'"),
@@ -44,6 +46,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("trainguard: error: ") and message in lines[0], result.stderr
     assert "Traceback" not in result.stderr
+    assert result.stdout == "" and not (tmp_path / ".trainguard").exists()  # no job announced, no store opened
 
 
 def test_run_history_and_events_contract(tmp_path):
@@ -107,6 +110,32 @@ def test_classify_contract(tmp_path):
     assert json.loads(tg("classify", str(quiet), "--json").stdout)["category"] == "success_or_benign"
     segv = json.loads(tg("classify", str(quiet), "--signal", "SIGSEGV", "--json").stdout)
     assert segv["category"] == "segfault_or_signal" and segv["fault_code"] == "TG-SIGSEGV"
+
+
+def test_classify_reads_standard_input_and_keeps_only_its_tail(tmp_path):
+    # A pipe (kubectl logs POD | trainguard classify -) is read to its end; only the tail counts,
+    # from its first whole line: the OOM early in a long stream is out of a 4 KiB tail.
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    timeout = ("[E ProcessGroupNCCL.cpp:737] [Rank 1] Watchdog caught collective operation timeout: "
+               "WorkNCCL(SeqNum=4, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1802212 milliseconds\n")
+    stream = oom + "step 10 loss 1.0\n" * 5000 + timeout
+    done = subprocess.run([*TG, "classify", "-", "--tail-bytes", "4096", "--json"], input=stream,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["fault_code"] == "TG-NCCL-TIMEOUT"
+    whole = subprocess.run([*TG, "classify", "-", "--json"], input=oom, capture_output=True, text=True, timeout=120)
+    assert json.loads(whole.stdout)["fault_code"] == "TG-CUDA-OOM"
+
+
+def test_a_reader_that_closes_the_pipe_early_ends_it_quietly(tmp_path):
+    log = tmp_path / "rank.log"
+    log.write_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before a byte is written: the first write raises EPIPE
+    with os.fdopen(write, "w") as out:
+        done = subprocess.run([*TG, "classify", str(log), "--json"], stdout=out, stderr=subprocess.PIPE, text=True,
+                              timeout=120)
+    assert done.returncode == 141 and done.stderr == ""
 
 
 def test_console_script_and_module_are_the_same(tmp_path):

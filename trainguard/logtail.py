@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import BinaryIO
 
 
 def read_tail(path: str | Path, nbytes: int) -> str:
@@ -16,7 +17,21 @@ def read_tail(path: str | Path, nbytes: int) -> str:
             data = handle.read(nbytes)
     except OSError:
         return ""
-    if start > 0:
-        cut = data.find(b"\n")
-        data = data[cut + 1:] if cut >= 0 else data
+    return _decode(data, cut=start > 0)
+
+
+def read_stream_tail(stream: BinaryIO, nbytes: int) -> str:
+    """The last ``nbytes`` of a stream (a pipe: read to its end, keeping only a tail's worth)."""
+    tail, total = b"", 0
+    while chunk := stream.read(1 << 20):
+        total += len(chunk)
+        tail = (tail + chunk)[-nbytes:]
+    return _decode(tail, cut=total > nbytes)
+
+
+def _decode(data: bytes, cut: bool) -> str:
+    """A tail from its first whole line (when it was cut from a longer text), decoded."""
+    if cut:
+        at = data.find(b"\n")
+        data = data[at + 1:] if at >= 0 else data
     return data.decode("utf-8", errors="replace")

@@ -2,12 +2,15 @@
 
 Bad input is one line on stderr and exit code 2, never a traceback; a job that fails for good
 exits 1; a job another live supervisor owns exits 3 (``--takeover`` takes it over); an
-interrupted supervisor exits 128 + the signal number.
+interrupted supervisor exits 128 + the signal number, and a reader that closes the output pipe
+early ends the command quietly with 141 (128 + SIGPIPE), as it would a shell tool.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import sys
 from typing import Sequence
 
@@ -52,6 +55,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SupervisorInterrupted as exc:
         sys.stderr.write(f"trainguard: {exc}\n")
         return exc.exit_code
+    except BrokenPipeError:
+        # The reader went away (`trainguard history --json | head`): stop quietly, as a shell
+        # tool does on SIGPIPE, and keep Python from complaining again when it flushes at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except TrainguardError as exc:
         sys.stderr.write(f"trainguard: error: {exc}\n")
         return exc.exit_code

@@ -118,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     stacks.add_argument("--json", action="store_true")
 
     classify = sub.add_parser("classify", help="classify a failure log")
-    classify.add_argument("logfile")
+    classify.add_argument("logfile", help="the log to read (only its tail), or - for standard input")
     classify.add_argument("--exit-code", type=int, default=None)
     classify.add_argument("--signal", default=None, help="fatal signal, by number or name (SIGSEGV)")
     classify.add_argument("--tail-bytes", type=int, default=None)

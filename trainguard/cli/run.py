@@ -19,7 +19,7 @@ from trainguard.errors import PolicyError, TrainguardError
 from trainguard.hooks import PluginHost
 from trainguard.ids import mint_job_id, validate_job_id
 from trainguard.model import JobSpec, JobStatus
-from trainguard.plugins.notifiers import WebhookNotifier
+from trainguard.plugins.notifiers import JsonLinesNotifier, WebhookNotifier
 from trainguard.policy import PARSERS, Policy, build_policy, load_policy_file, parse_aimaster_args
 from trainguard.render import print_report
 from trainguard.sanity import config_from_args
@@ -51,20 +51,25 @@ def run(args: argparse.Namespace, command: list[str], console: Console) -> int:
     if args.dry_run:  # elsewhere: supervise, deciding and logging every recovery, carrying none out
         policy = policy.replace(decide_only=True)
     state_dir = Path(args.state_dir) if args.state_dir else default_state_dir()
-    console.print(f"[bold]trainguard[/] job [cyan]{spec.job_id}[/]: {' '.join(command)} "
-                  f"({spec.nproc} rank(s), {spec.nodes} node(s)); history in {state_dir}")
     try:
         webhooks = {f"webhook-{i}": WebhookNotifier(url) for i, url in enumerate(args.notify_webhook)}
     except ValueError as exc:
         raise PolicyError("--notify-webhook", str(exc)) from None
+    plugins: dict[str, object] = dict(webhooks)
+    if args.events_file is not None:  # opened here, so that a path it cannot write is said before anything starts
+        plugins[f"events-file:{args.events_file}"] = JsonLinesNotifier(args.events_file)
+    host = PluginHost(plugins=plugins)
+    host.adapters().check(args.adapter)  # a wrong name is said before the job is announced or a store opened
+    console.print(f"[bold]trainguard[/] job [cyan]{spec.job_id}[/]: {' '.join(command)} "
+                  f"({spec.nproc} rank(s), {spec.nodes} node(s)); history in {state_dir}")
     metrics = None
     if args.metrics_port is not None:
         from trainguard.metrics import serve_metrics
 
         metrics = serve_metrics(state_dir, args.metrics_port, [spec.job_id], state_url=args.state_url)
     try:
-        status = supervise(spec, policy, state_dir=state_dir, adapter=args.adapter, events_file=args.events_file,
-                           host=PluginHost(plugins=webhooks), adapter_options=k8s_options.adapter_options(args),
+        status = supervise(spec, policy, state_dir=state_dir, adapter=args.adapter,
+                           host=host, adapter_options=k8s_options.adapter_options(args),
                            tee=_tee(args, spec), state_url=args.state_url, takeover=args.takeover,
                            sanity=config_from_args(args))
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from trainguard.cli.nodes import open_store
 from trainguard.detectors import advise_hang_interval
 from trainguard.errors import PolicyError, TrainguardError
 from trainguard.hooks import PluginHost
-from trainguard.logtail import read_tail
+from trainguard.logtail import read_stream_tail, read_tail
 from trainguard.model import ErrorSource, Fault
 from trainguard.policy import build_policy
 from trainguard.render import print_report
@@ -72,8 +73,11 @@ def _signal_number(text: str | None) -> int | None:
 
 
 def classify(args: argparse.Namespace, console: Console) -> int:
+    stdin = args.logfile == "-"  # a pipe: kubectl logs POD | trainguard classify -
     path = Path(args.logfile)
-    if not path.is_file():
+    if not stdin and path.is_dir():
+        raise TrainguardError(f"{path}: is a directory")
+    if not stdin and not path.exists():
         raise TrainguardError(f"{path}: no such file")
     try:
         policy = build_policy({"log_tail_bytes": args.tail_bytes} if args.tail_bytes else {})
@@ -81,9 +85,9 @@ def classify(args: argparse.Namespace, console: Console) -> int:
         raise PolicyError("--tail-bytes", str(exc).split(": ", 1)[-1]) from None
     signum = _signal_number(args.signal)
     source = ErrorSource.EXIT_CODE if args.exit_code is not None or signum else ErrorSource.LOG
-    fault = Fault(source, time.time(), exit_code=args.exit_code, signal=signum, log_path=str(path),
-                  message=f"{path.name}")
-    tail = read_tail(path, policy.log_tail_bytes)
+    fault = Fault(source, time.time(), exit_code=args.exit_code, signal=signum, log_path=None if stdin else str(path),
+                  message="standard input" if stdin else path.name)
+    tail = read_stream_tail(sys.stdin.buffer, policy.log_tail_bytes) if stdin else read_tail(path, policy.log_tail_bytes)
     verdict = PluginHost().classify(fault, tail, policy)
     if args.json:
         print(json.dumps(verdict.to_json(), indent=2))

@@ -360,6 +360,7 @@ def supervise(
     from trainguard.plugins.notifiers import JsonLinesNotifier
 
     host = host or PluginHost()
+    host.adapters().check(adapter)  # an unknown name is said before the history is opened
     if events_file is not None:
         host.pm.register(JsonLinesNotifier(events_file), name=f"events-file:{events_file}")
     state_dir = Path(state_dir).resolve()  # ranks may change directory: every path they get is absolute

@@ -33,13 +33,17 @@ class AdapterRegistry:
             raise PluginError(f"adapter {name!r} is registered twice")
         self._factories[name] = factory
 
-    def create(self, name: str, **options: Any) -> Any:
-        """Make the adapter called ``name``; an unknown name lists the known ones."""
+    def check(self, name: str) -> Callable[..., Any]:
+        """The factory of the adapter called ``name``; an unknown name lists the known ones."""
         factory = self._factories.get(name)
         if factory is None:
             known = ", ".join(sorted(self._factories)) or "none"
             raise AdapterError(name, f"no such adapter (known: {known})")
-        return factory(**options)
+        return factory
+
+    def create(self, name: str, **options: Any) -> Any:
+        """Make the adapter called ``name``; an unknown name lists the known ones."""
+        return self.check(name)(**options)
 
     @property
     def names(self) -> tuple[str, ...]:

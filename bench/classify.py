@@ -95,7 +95,9 @@ SPLITS = ((("collected_a.jsonl", "collected_b.jsonl"), "tune.jsonl", "holdout.js
           (("collected_am.jsonl", "collected_an.jsonl", "collected_ao.jsonl"), "tune19.jsonl", "holdout18.jsonl"),
           (("collected_ap.jsonl", "collected_aq.jsonl", "collected_ar.jsonl"), "tune20.jsonl", "holdout19.jsonl"),
           (("collected_as.jsonl", "collected_at.jsonl", "collected_au.jsonl"), "tune21.jsonl", "holdout20.jsonl"),
-          (("collected_av.jsonl", "collected_aw.jsonl", "collected_ax.jsonl"), "tune22.jsonl", "holdout21.jsonl"))
+          (("collected_av.jsonl", "collected_aw.jsonl", "collected_ax.jsonl"), "tune22.jsonl", "holdout21.jsonl"),
+          (("collected_ay.jsonl", "collected_az.jsonl", "collected_ba.jsonl", "collected_bb.jsonl"), "tune23.jsonl",
+           "holdout22.jsonl"))
 
 
 def split() -> None:

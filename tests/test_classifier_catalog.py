@@ -291,6 +291,17 @@ KNOWLEDGE = [
      "TG-SIGBUS-LIB"),
     # EIO whatever its message; a transport error translated by httpx
     ("OSError: [Errno 5] Can't read data (file read failed)", "node_or_infra", True, "TG-IO-ERROR"),
+    # a Ray process gone with no error of its own; Horovod task servers that never register
+    ("ray.exceptions.RayActorError: The actor died unexpectedly before finishing this task.", "node_or_infra", True,
+     "TG-NODE-LOST"),
+    ("Exception: Timed out waiting for tasks to start. Please check connectivity between servers.", "node_or_infra",
+     True, "TG-RENDEZVOUS"),
+    ("trial failed: container failed with non-zero exit code: 137 (exit code 137)", "host_oom", False, "TG-SIGKILL"),
+    # finished runs: every Ray Tune trial TERMINATED, fairseq's last line
+    ("== Status ==\nNumber of trials: 2 ({'TERMINATED': 2})", "success_or_benign", True, "TG-BENIGN"),
+    ("Number of trials: 4/4 (4 TERMINATED)", "success_or_benign", True, "TG-BENIGN"),
+    ("2020-08-12 13:52:25 | INFO | fairseq_cli.train | done training in 812.4 seconds", "success_or_benign", True,
+     "TG-BENIGN"),
     ("Traceback (most recent call last):\n  File \"/v/httpx/_transports/default.py\", line 101, in "
      "map_httpcore_exceptions\n    yield", "node_or_infra", True, "TG-NETWORK"),
     # host memory named by other runtimes; a GPU driver that cannot start
@@ -1012,6 +1023,7 @@ def test_start_up_lines_then_a_run_are_not_a_hang(text):
 
 # Lines that mention a family's words without showing its fault: they must not match it.
 NEAR_MISSES = [
+    ("== Status ==\nNumber of trials: 4 ({'TERMINATED': 3, 'ERROR': 1})\n", "unknown"),  # not every trial finished
     ("timeout: 1800\nnccl_timeout_minutes: 30\nheartbeat_timeout_sec: 600\n", "unknown"),
     ("--ddp-timeout 7200 --save-steps 500 --max-grad-norm 1.0\n", "unknown"),
     ("Remapped Rows\n        Pending                           : No\n"

@@ -30,12 +30,13 @@ DATA = REPO / "tests" / "data" / "faultlogs"
 LABELS = tuple(c.value for c in Category if c is not Category.UNKNOWN)
 HOST = PluginHost(load_entry_points=False)
 
-# Over every holdout*.jsonl (768 excerpts), with the learned fallback on (the default): measured
-# 0.833 / 0.789. The category floor was 0.84 over 554 excerpts; the seven batches added since come
-# from ecosystems the catalog had not read about (other accelerators, domain toolkits) or weigh
-# hangs and benign ends, which a tail tells apart worst, and score lower untouched, so the floor
-# keeps a margin below the measured figure.
-CATEGORY_FLOOR = 0.83
+# Over every holdout*.jsonl (809 excerpts), with the learned fallback on (the default): measured
+# 0.831 / 0.790. The category floor was 0.84 over 554 excerpts and 0.83 over 768; the batches added
+# since come from ecosystems the catalog had not read about (other accelerators, domain toolkits,
+# cluster platforms) or weigh hangs and benign ends, which a tail tells apart worst, and score
+# lower untouched (0.70-0.78 before tuning), so the floor keeps a margin of about eight excerpts
+# below the measured figure.
+CATEGORY_FLOOR = 0.82
 RETRYABLE_FLOOR = 0.76
 
 
@@ -63,7 +64,7 @@ HOLDOUTS = [name for name in FILES if name.startswith("holdout")]
 
 def test_every_corpus_file_is_accounted_for():
     # dev.jsonl, tune2.jsonl (collected between the first two splits) and the splits' files: no other.
-    assert len(SPLITS) == 21
+    assert len(SPLITS) == 22
     assert FILES == sorted(["dev.jsonl", "tune2.jsonl", *(name for split in SPLITS for name in split)])
 
 
@@ -105,7 +106,7 @@ def test_holdout_floors():
     n = len(verdicts)
     category = sum(v.category.value == r["label"] for r, v in verdicts) / n
     retryable = sum(v.retryable == r["retryable"] for r, v in verdicts) / n
-    assert n >= 768
+    assert n >= 809
     assert category >= CATEGORY_FLOOR, f"untouched category accuracy {category:.3f}"
     assert retryable >= RETRYABLE_FLOOR, f"untouched retryable accuracy {retryable:.3f}"
 

@@ -65,9 +65,10 @@ def held_elsewhere(message: str) -> bool:
     return total > 0 and free <= FULL * total and own <= OWN_AT_MOST * total
 
 
-def refine(verdict: Verdict, window: str) -> Verdict:
-    """The allocator OOM's verdict, or a retryable one when the memory was held elsewhere."""
-    if not held_elsewhere(window):
+def refine(verdict: Verdict, text: str, start: int) -> Verdict:
+    """The allocator OOM's verdict, or a retryable one when the memory was held elsewhere (as
+    the message that starts at ``text[start]`` says)."""
+    if not held_elsewhere(text[start:start + 2000]):
         return verdict
     return dataclasses.replace(verdict, fault_code=CODE, retryable=True, user_error=False,
                                classifier=f"{verdict.classifier}+held-elsewhere")

@@ -23,7 +23,7 @@ import yaml
 from trainguard.errors import PluginError
 from trainguard.hooks.markers import hookimpl
 from trainguard.model import Category, ErrorSource, Fault, LogPattern, Verdict
-from trainguard.plugins import device_memory
+from trainguard.plugins import device_memory, rank_range
 from trainguard.policy import Policy
 
 CATALOG = Path(__file__).with_name("patterns.yaml")
@@ -319,7 +319,7 @@ class Catalog:
                           user_error=p.user_error, evidence=match.line[:500], confidence=p.confidence,
                           node=node, gpu=gpu, classifier=f"{classifier}:{p.id}")
         refine = REFINERS.get(p.fault_code)
-        return refine(verdict, text[match.start:match.start + 2000]) if refine else verdict
+        return refine(verdict, text, match.start) if refine else verdict
 
 
 def _group(text: str, match: re.Match[str], name: str | None) -> str | None:
@@ -331,8 +331,9 @@ def _group(text: str, match: re.Match[str], name: str | None) -> str | None:
 
 
 # What a verdict's numbers can change once its pattern matched (a regex cannot compare sizes):
-# fault code -> refine(verdict, the text from the match on) -> verdict.
-REFINERS: dict[str, Callable[[Verdict, str], Verdict]] = {"TG-CUDA-OOM": device_memory.refine}
+# fault code -> refine(verdict, the plain text, where the match starts) -> verdict.
+REFINERS: dict[str, Callable[[Verdict, str, int], Verdict]] = {"TG-CUDA-OOM": device_memory.refine,
+                                                               "TG-RENDEZVOUS": rank_range.refine}
 
 _catalogs: dict[tuple[LogPattern, ...], Catalog] = {}
 

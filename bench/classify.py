@@ -97,7 +97,9 @@ SPLITS = ((("collected_a.jsonl", "collected_b.jsonl"), "tune.jsonl", "holdout.js
           (("collected_as.jsonl", "collected_at.jsonl", "collected_au.jsonl"), "tune21.jsonl", "holdout20.jsonl"),
           (("collected_av.jsonl", "collected_aw.jsonl", "collected_ax.jsonl"), "tune22.jsonl", "holdout21.jsonl"),
           (("collected_ay.jsonl", "collected_az.jsonl", "collected_ba.jsonl", "collected_bb.jsonl"), "tune23.jsonl",
-           "holdout22.jsonl"))
+           "holdout22.jsonl"),
+          (("collected_bc.jsonl", "collected_bd.jsonl", "collected_be.jsonl", "collected_bf.jsonl"), "tune24.jsonl",
+           "holdout23.jsonl"))
 
 
 def split() -> None:

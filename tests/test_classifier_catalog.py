@@ -185,8 +185,8 @@ KNOWLEDGE = [
      "TG-SLURM-STEP-CREATE"),
     ("srun: error: Unable to create step for job 42: Memory required by task is not available", "node_or_infra",
      True, "TG-SLURM-STEP-CREATE"),
-    ("slurmstepd: error: execve(): python: No such file or directory", "node_or_infra", True,
-     "TG-SLURM-STEP-LAUNCH"),
+    ("slurmstepd: error: execve(): python: No such file or directory", "user_code", False,
+     "TG-CMD-NOT-FOUND"),
     ("[gpu3:01234] PMIX ERROR: pmix_server_setup failed", "node_or_infra", True, "TG-SLURM-STEP-LAUNCH"),
     # storage and network
     ("OSError: [Errno 116] Stale file handle: '/lustre/ckpt/step_100.pt'", "node_or_infra", True, "TG-IO-ERROR"),
@@ -291,6 +291,20 @@ KNOWLEDGE = [
      "TG-SIGBUS-LIB"),
     # EIO whatever its message; a transport error translated by httpx
     ("OSError: [Errno 5] Can't read data (file read failed)", "node_or_infra", True, "TG-IO-ERROR"),
+    # a command that is not there is the job's; slurmd's own spool script missing is the node's
+    ("slurmstepd: error: execve(): torchrun: No such file or directory", "user_code", False, "TG-CMD-NOT-FOUND"),
+    ("slurmstepd: error: execve(): /var/spool/slurmd/job42/slurm_script: No such file or directory", "node_or_infra",
+     True, "TG-SLURM-STEP-LAUNCH"),
+    # heap corruption is the process's bug; a bare Aborted from a shell is retried
+    ("free(): corrupted unsorted chunks\n[host:1234] *** Process received signal ***\n[host:1234] Signal: Aborted (6)",
+     "segfault_or_signal", False, "TG-SIGABRT-BUG"),
+    ("run.sh: line 12: 4242 Aborted                 (core dumped) python train.py", "segfault_or_signal", True,
+     "TG-SIGABRT"),
+    ("Failed to modify QP to RTR: Connection timed out\nerrno: 110", "nccl_error", True, "TG-COMM-ERROR"),
+    ("[INFO|trainer.py:4645] >> Dropping the following result as it does not have all the necessary fields:",
+     "success_or_benign", True, "TG-BENIGN"),
+    ("2022-02-18 00:38:30,706 [INFO] Epoch 5, Time 4981.4s, Loss 0.5731, LR 0.1111", "success_or_benign", True,
+     "TG-PROGRESS"),
     # a Ray process gone with no error of its own; Horovod task servers that never register
     ("ray.exceptions.RayActorError: The actor died unexpectedly before finishing this task.", "node_or_infra", True,
      "TG-NODE-LOST"),
@@ -734,9 +748,9 @@ TUNE9_TO_15_FAMILIES = [
     ("1a:00.0 VGA compatible controller: NVIDIA Corporation TU102GL [Quadro RTX 6000/8000] (rev a1)\n"
      "1c:00.0 VGA compatible controller: NVIDIA Corporation TU102GL [Quadro RTX 6000/8000] (rev ff)",
      "gpu_hardware", True, True, "TG-GPU-LOST"),
-    # glibc's heap-corruption abort in its older format
+    # glibc's heap-corruption abort in its older format: the process corrupted its heap
     ("*** Error in `python3': munmap_chunk(): invalid pointer: 0x0000555560e2b570 ***\n======= Backtrace: =========",
-     "segfault_or_signal", True, False, "TG-SIGABRT"),
+     "segfault_or_signal", False, False, "TG-SIGABRT-BUG"),
     # NCCL's proxy thread losing its peer's socket
     ("Socket recv failed while polling for opId=0x7f0c84227ac0", "nccl_error", True, False, "TG-NCCL-ERROR"),
     # PaddlePaddle's DataLoader names a worker the kernel killed
@@ -784,9 +798,9 @@ TUNE9_TO_15_FAMILIES = [
     # zsh's job table reporting a job SIGKILLed
     ("Epoch 00:   0%|          | 0/1207179 [00:00<?, ?it/s]\n[1]    55263 killed     sudo python train.py",
      "host_oom", False, False, "TG-SIGKILL"),
-    # CPython's fatal errors other than a segfault abort the interpreter
+    # CPython's fatal errors other than a segfault abort the interpreter: it found its state corrupted
     ("Train:   4%|###       | 166/4634 [4:38:39<124:59:57, 100.72s/it]\nFatal Python error: none_dealloc: deallocating "
-     "None\nPython runtime state: initialized", "segfault_or_signal", True, False, "TG-SIGABRT"),
+     "None\nPython runtime state: initialized", "segfault_or_signal", False, False, "TG-SIGABRT-BUG"),
     # torchtune writing its checkpoint shards
     ("Model checkpoint of size 4.34 GiB saved to /mnt/out/epoch_0/ft-model-00007-of-00030.safetensors",
      "success_or_benign", True, False, "TG-BENIGN"),

@@ -99,7 +99,9 @@ SPLITS = ((("collected_a.jsonl", "collected_b.jsonl"), "tune.jsonl", "holdout.js
           (("collected_ay.jsonl", "collected_az.jsonl", "collected_ba.jsonl", "collected_bb.jsonl"), "tune23.jsonl",
            "holdout22.jsonl"),
           (("collected_bc.jsonl", "collected_bd.jsonl", "collected_be.jsonl", "collected_bf.jsonl"), "tune24.jsonl",
-           "holdout23.jsonl"))
+           "holdout23.jsonl"),
+          (("collected_bg.jsonl", "collected_bh.jsonl", "collected_bi.jsonl", "collected_bj.jsonl"), "tune25.jsonl",
+           "holdout24.jsonl"))
 
 
 def split() -> None:

@@ -301,6 +301,19 @@ KNOWLEDGE = [
     ("run.sh: line 12: 4242 Aborted                 (core dumped) python train.py", "segfault_or_signal", True,
      "TG-SIGABRT"),
     ("Failed to modify QP to RTR: Connection timed out\nerrno: 110", "nccl_error", True, "TG-COMM-ERROR"),
+    # an abort the process reports itself; glibc's crash report; XLA's TPU allocator; NCCL's unwind of invalid usage
+    ("*** SIGABRT received by PID 545434 (TID 545434) on cpu 25 from PID 545434; stack trace: ***\n"
+     "PC: @     0x7fcf5129603b  (unknown)  raise", "segfault_or_signal", False, "TG-SIGABRT-BUG"),
+    ("7f61c4000000-7f61c7f37000 rw-p 00000000 00:00 0 \n7f61c7f37000-7f61c8000000 ---p 00000000 00:00 0 ",
+     "segfault_or_signal", False, "TG-SIGABRT-BUG"),
+    ("RuntimeError: Resource exhausted: From /job:tpu_worker/replica:0/task:0:\nAttempting to reserve 3.95G at the "
+     "bottom of memory. That was not possible. There are 1.92G free, 0B reserved, and 1.92G reservable.", "cuda_oom",
+     False, "TG-CUDA-OOM"),
+    ("host:1203254:1203254 [0] NCCL INFO init.cc:1577 -> 4", "nccl_error", False, "TG-NCCL-USAGE"),
+    ("host:1203254:1203254 [0] NCCL INFO transport/net_ib.cc:912 -> 2", "nccl_error", True, "TG-NCCL-ERROR"),
+    ("[I socket.cpp:605] [c10d] The server socket has started to listen on [::]:5972.\n"
+     "[I TCPStore.cpp:342] [c10d - debug] TCP client connected to host localhost:5972", "hang_or_stuck", True,
+     "TG-START-STALL"),
     ("[INFO|trainer.py:4645] >> Dropping the following result as it does not have all the necessary fields:",
      "success_or_benign", True, "TG-BENIGN"),
     ("2022-02-18 00:38:30,706 [INFO] Epoch 5, Time 4981.4s, Loss 0.5731, LR 0.1111", "success_or_benign", True,
@@ -348,9 +361,9 @@ KNOWLEDGE = [
     # the operator stopped a run that showed no error: what people do to a stalled job
     ("[INFO] [comm.py:622:init_distributed] Initializing TorchBackend in DeepSpeed with backend nccl\n"
      "^CWARNING:torch.distributed.elastic.agent.server.api:Received 2 death signal, shutting down workers",
-     "hang_or_stuck", False, "TG-INTERRUPTED-STALL"),
+     "hang_or_stuck", True, "TG-INTERRUPTED-STALL"),
     ("Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n    loss.backward()\n"
-     "KeyboardInterrupt", "hang_or_stuck", False, "TG-INTERRUPTED-STALL"),
+     "KeyboardInterrupt", "hang_or_stuck", True, "TG-INTERRUPTED-STALL"),
     ("initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/8\ninitializing ddp: GLOBAL_RANK: 0, MEMBER: 1/8\n"
      "initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/8", "hang_or_stuck", False, "TG-INIT-STALL"),
     ("initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/8\ninitializing ddp: GLOBAL_RANK: 0, MEMBER: 1/8",

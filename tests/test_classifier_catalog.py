@@ -310,6 +310,9 @@ KNOWLEDGE = [
      "bottom of memory. That was not possible. There are 1.92G free, 0B reserved, and 1.92G reservable.", "cuda_oom",
      False, "TG-CUDA-OOM"),
     ("host:1203254:1203254 [0] NCCL INFO init.cc:1577 -> 4", "nccl_error", False, "TG-NCCL-USAGE"),
+    ("2020-04-09 18:55:47.184402: I tensorflow/stream_executor/cuda/cuda_driver.cc:830] failed to allocate 3.74G "
+     "(4011998976 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY: out of memory", "cuda_oom", False, "TG-CUDA-OOM"),
+    ("RuntimeError: CUDA error: out of memory", "cuda_oom", True, "TG-CUDA-DRIVER-OOM"),
     ("host:1203254:1203254 [0] NCCL INFO transport/net_ib.cc:912 -> 2", "nccl_error", True, "TG-NCCL-ERROR"),
     ("[I socket.cpp:605] [c10d] The server socket has started to listen on [::]:5972.\n"
      "[I TCPStore.cpp:342] [c10d - debug] TCP client connected to host localhost:5972", "hang_or_stuck", True,

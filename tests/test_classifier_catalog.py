@@ -293,6 +293,7 @@ KNOWLEDGE = [
     ("OSError: [Errno 5] Can't read data (file read failed)", "node_or_infra", True, "TG-IO-ERROR"),
     # a command that is not there is the job's; slurmd's own spool script missing is the node's
     ("slurmstepd: error: execve(): torchrun: No such file or directory", "user_code", False, "TG-CMD-NOT-FOUND"),
+    ("slurmstepd: error: execve(): ./train.sh: Permission denied", "user_code", False, "TG-NOT-EXECUTABLE"),
     ("slurmstepd: error: execve(): /var/spool/slurmd/job42/slurm_script: No such file or directory", "node_or_infra",
      True, "TG-SLURM-STEP-LAUNCH"),
     # heap corruption is the process's bug; a bare Aborted from a shell is retried

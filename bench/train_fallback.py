@@ -21,16 +21,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 
-from trainguard.model import Category  # noqa: E402
+from classify import DATA, LABELS  # noqa: E402  (bench/classify.py owns the corpus)
+from classify import load as load_any  # noqa: E402
 from trainguard.plugins.learned_classifier import FAMILY, MODEL, Model, tokens  # noqa: E402
 
-DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "faultlogs"
 # dev.jsonl and every tuning part of a split (tune.jsonl, tune2.jsonl, ...), in a fixed order.
 TUNING = ("dev.jsonl", *sorted(path.name for path in DATA.glob("tune*.jsonl")))
-# The corpus labels: every category but unknown (a verdict, never a label), in Category's order.
-LABELS = tuple(c.value for c in Category if c is not Category.UNKNOWN)
 ALPHA = 0.5        # additive smoothing
 MIN_DOCS = 2       # a word must appear in this many excerpts to be a feature
 SCALES = (1.0, 0.5, 0.3, 0.2, 0.1)
@@ -39,8 +37,8 @@ DIGITS = 4
 
 
 def load(name: str) -> list[dict[str, Any]]:
-    assert not name.startswith(("holdout", "collected")), name
-    return [json.loads(line) for line in (DATA / name).read_text().splitlines() if line.strip()]
+    assert not name.startswith(("holdout", "collected")), name  # never trained on untouched text
+    return load_any(name)
 
 
 def fit(rows: list[dict[str, Any]], scale: float = 1.0, threshold: float = 1.0) -> dict[str, Any]:

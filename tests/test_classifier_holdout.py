@@ -15,19 +15,27 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import json
 import time
 
 import pytest
 
 from conftest import REPO
 from trainguard.hooks import PluginHost
-from trainguard.model import Category, ErrorSource, Fault
+from trainguard.model import ErrorSource, Fault
 from trainguard.policy import Policy
 
-DATA = REPO / "tests" / "data" / "faultlogs"
-# The corpus labels: every category but unknown (a verdict, never a label), in Category's order.
-LABELS = tuple(c.value for c in Category if c is not Category.UNKNOWN)
+
+def _bench():
+    """``bench/classify.py``, which owns the corpus: its files, labels, loader and splits."""
+    spec = importlib.util.spec_from_file_location("bench_classify", REPO / "bench" / "classify.py")
+    assert spec and spec.loader
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+BENCH = _bench()
+DATA, LABELS, rows = BENCH.DATA, BENCH.LABELS, BENCH.load
 HOST = PluginHost(load_entry_points=False)
 
 # Over every holdout*.jsonl (881 excerpts), with the learned fallback on (the default): measured
@@ -40,25 +48,13 @@ CATEGORY_FLOOR = 0.81
 RETRYABLE_FLOOR = 0.76
 
 
-def rows(name: str) -> list[dict]:
-    return [json.loads(line) for line in (DATA / name).read_text().splitlines() if line.strip()]
-
-
 def classify(text: str):
     return HOST.classify(Fault(ErrorSource.LOG, time.time()), text[-65536:], Policy())
 
 
-def _split_table() -> tuple[tuple[str, str], ...]:
-    """The (tuning, holdout) file of every split, as ``bench/classify.py --split`` made them."""
-    spec = importlib.util.spec_from_file_location("bench_classify", REPO / "bench" / "classify.py")
-    assert spec and spec.loader
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return tuple((tune, holdout) for _, tune, holdout in bench.SPLITS)
-
-
 FILES = sorted(path.name for path in DATA.glob("*.jsonl") if not path.name.startswith("collected_"))
-SPLITS = _split_table()
+# The (tuning, holdout) file of every split, as ``bench/classify.py --split`` made them.
+SPLITS = tuple((tune, holdout) for _, tune, holdout in BENCH.SPLITS)
 HOLDOUTS = [name for name in FILES if name.startswith("holdout")]
 
 

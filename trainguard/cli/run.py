@@ -19,7 +19,7 @@ from trainguard.errors import PolicyError, TrainguardError
 from trainguard.hooks import PluginHost
 from trainguard.ids import mint_job_id, validate_job_id
 from trainguard.model import JobSpec, JobStatus
-from trainguard.plugins.notifiers import JsonLinesNotifier, WebhookNotifier
+from trainguard.plugins.notifiers import WebhookNotifier, events_file_plugin
 from trainguard.policy import PARSERS, Policy, build_policy, load_policy_file, parse_aimaster_args
 from trainguard.render import print_report
 from trainguard.sanity import config_from_args
@@ -55,10 +55,9 @@ def run(args: argparse.Namespace, command: list[str], console: Console) -> int:
         webhooks = {f"webhook-{i}": WebhookNotifier(url) for i, url in enumerate(args.notify_webhook)}
     except ValueError as exc:
         raise PolicyError("--notify-webhook", str(exc)) from None
-    plugins: dict[str, object] = dict(webhooks)
-    if args.events_file is not None:  # opened here, so that a path it cannot write is said before anything starts
-        plugins[f"events-file:{args.events_file}"] = JsonLinesNotifier(args.events_file)
-    host = PluginHost(plugins=plugins)
+    # The events file is opened here, so that a path it cannot write is said before anything starts.
+    events = events_file_plugin(args.events_file) if args.events_file is not None else {}
+    host = PluginHost(plugins={**webhooks, **events})
     host.adapters().check(args.adapter)  # a wrong name is said before the job is announced or a store opened
     console.print(f"[bold]trainguard[/] job [cyan]{spec.job_id}[/]: {' '.join(command)} "
                   f"({spec.nproc} rank(s), {spec.nodes} node(s)); history in {state_dir}")

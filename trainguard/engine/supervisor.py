@@ -357,12 +357,13 @@ def supervise(
     (``takeover`` forces it from a live owner), loads the plugins, creates the named adapter and
     runs a :class:`Supervisor`. Logs go to ``state_dir/jobs/<job_id>/logs``.
     """
-    from trainguard.plugins.notifiers import JsonLinesNotifier
+    from trainguard.plugins.notifiers import events_file_plugin
 
     host = host or PluginHost()
     host.adapters().check(adapter)  # an unknown name is said before the history is opened
     if events_file is not None:
-        host.pm.register(JsonLinesNotifier(events_file), name=f"events-file:{events_file}")
+        for name, plugin in events_file_plugin(events_file).items():
+            host.pm.register(plugin, name=name)
     state_dir = Path(state_dir).resolve()  # ranks may change directory: every path they get is absolute
     with RunStore(state_dir, url=state_url) as store:
         lease = store.acquire(spec.job_id, takeover=takeover)  # before anything starts

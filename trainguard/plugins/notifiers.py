@@ -77,6 +77,12 @@ class JsonLinesNotifier:
                 os.close(fd)
 
 
+def events_file_plugin(path: str | os.PathLike[str]) -> dict[str, JsonLinesNotifier]:
+    """``--events-file PATH`` as a plugin to register, by its name (the file is opened now, so a
+    path that cannot be written is said at once)."""
+    return {f"events-file:{path}": JsonLinesNotifier(path)}
+
+
 class WebhookError(Exception):
     """A webhook delivery failed; ``transient`` ones are retried."""
 

@@ -1122,6 +1122,60 @@ def test_the_catalog_knows(text, category, retryable, code):
         assert verdict.user_error
 
 
+# How launchers, schedulers, containers and shells report that a process died of signal N: every
+# form holds for every signal the catalog names (``signal:`` in patterns.yaml), not only for the
+# signal whose report someone once pasted. SIGSEGV and SIGBUS from a launcher are retried (a
+# process's own report of them is not); SIGABRT from a launcher is too; SIGKILL is the OOM killer.
+SIGNAL_REPORTS = [
+    "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -{n}) local_rank: 0 (pid: 4242)",
+    "subprocess.CalledProcessError: Command '['python', 'train.py']' returned non-zero exit status -{n}.",
+    "Process finished with exit code {s} (interrupted by signal {n}: {name})",
+    "The replica workerpool0-0 exited with a non-zero status of {s}.",
+    "    Exit Code:    {s}",
+    "task 0 exit status {s}",
+    "worker exited with code {s}",
+    "mpirun noticed that process rank 3 with PID 0 on node gpu-7 exited on signal {n} ({name}).",
+    "=   KILLED BY SIGNAL: {n} ({name})",
+    "  traceback : Signal {n} ({name}) received by PID 4242",
+    "RuntimeError: DataLoader worker died with <Signals.{name}: {n}>",
+    "fish: Job 1, 'python train.py' terminated by signal {name} (Kill)",
+]
+SIGNAL_CODES = [(9, "TG-SIGKILL", "host_oom", False), (15, "TG-SIGTERM", "node_or_infra", True),
+                (11, "TG-SIGSEGV", "segfault_or_signal", True), (7, "TG-SIGBUS", "segfault_or_signal", True),
+                (6, "TG-SIGABRT", "segfault_or_signal", True)]
+
+
+@pytest.mark.parametrize("number,code,category,retryable", SIGNAL_CODES, ids=lambda v: str(v))
+@pytest.mark.parametrize("form", SIGNAL_REPORTS, ids=lambda v: v[:32])
+def test_every_report_of_a_signal_names_it(form, number, code, category, retryable):
+    import signal
+
+    text = form.format(n=number, s=128 + number, name=signal.Signals(number).name)
+    verdict = classify("step 12 loss 1.93\n" + text + "\n")
+    assert (verdict.fault_code, verdict.category.value, verdict.retryable) == (code, category, retryable), text
+    # a different number is a different signal, and no substring of one
+    other = form.format(n=number + 20, s=148 + number, name="SIGNONE")
+    assert classify(other).fault_code != code, other
+
+
+@pytest.mark.parametrize("entry,why", [
+    ({"signal": 99}, "signal must be a signal number, not 99"),
+    ({"signal": "SIGKILL"}, "signal must be a signal number, not 'SIGKILL'"),
+    ({"signal": True}, "signal must be a signal number, not True"),
+    ({}, r"missing keys \['regex'\]"),
+])
+def test_a_catalog_entry_names_a_real_signal_or_a_regex(entry, why):
+    from trainguard.errors import PluginError
+    from trainguard.plugins.log_classifier import parse_catalog
+
+    base = {"id": "mine", "category": "segfault_or_signal", "fault_code": "X", "retryable": True}
+    with pytest.raises(PluginError, match=why):
+        parse_catalog({"patterns": [{**base, **entry}]}, "site.yaml")
+    # a signal alone is a whole entry; with a regex, both match
+    both = parse_catalog({"patterns": [{**base, "signal": 9, "regex": "(?i)reaped by the OOM"}]}, "site.yaml")[0]
+    assert {"exitcode\\s*:\\s*-9\\b", "(?i)reaped by the OOM"} <= set(both.regex.split("|"))
+
+
 def test_slurm_launcher_errors_beat_what_a_rank_printed():
     rank = "RuntimeError: CUDA error: an illegal memory access was encountered\nKeyError: 'x'\n"
     verdict = classify(rank + "srun: error: Unable to confirm allocation for job 42: Expired or invalid job\n")

@@ -13,6 +13,7 @@ AIMaster's ExitCodeAndErrorMsg policy does.
 from __future__ import annotations
 
 import re
+import signal
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -27,8 +28,45 @@ from trainguard.plugins import device_memory, rank_range
 from trainguard.policy import Policy
 
 CATALOG = Path(__file__).with_name("patterns.yaml")
-_FIELDS = {"id", "regex", "category", "fault_code", "retryable", "node_fault", "user_error",
-           "priority", "confidence", "node_group", "gpu_group"}
+_FIELDS = {"id", "regex", "signal", "category", "fault_code", "retryable", "node_fault",
+           "user_error", "priority", "confidence", "node_group", "gpu_group"}
+
+
+def signal_reports(number: int) -> str:
+    """A regex for what launchers, schedulers and shells print when a process died of signal
+    ``number``: torch elastic's ``exitcode: -9`` and ``traceback : Signal 9 (SIGKILL) received by
+    PID``, Python's ``died with <Signals.SIGKILL: 9>`` and ``returned non-zero exit status -9``, a
+    shell's or a container's exit status 128 + N, Open MPI's ``exited on signal 9``, MPICH's
+    ``KILLED BY SIGNAL: 9``, fish's ``terminated by signal SIGKILL``. One template serves every
+    signal, so that each is recognised in every form, not only in the ones someone once pasted.
+    """
+    name = signal.Signals(number).name
+    n, status = number, 128 + number
+    return "|".join((
+        rf"exitcode\s*:\s*-{n}\b",
+        rf"exit\w* (?:code|status)\s*[:=]?\s*(?:-{n}|{status})\b",
+        rf"return\w* (?:code|status)\s*[:=]?\s*(?:-{n}|{status})\b",
+        rf"[Ee]xit ?[Cc]ode:?\s*{status}\b",
+        rf"(?:exit|exited|finished|terminated) with (?:exit )?code {status}\b",
+        rf"non-zero (?:exit )?status of {status}\b",
+        rf"returned non-zero exit status -{n}\b",
+        rf"Signal {n} \({name}\) received by PID",
+        rf"died with <Signals\.{name}: {n}>",
+        rf"(?:exited on|interrupted by|killed by) signal {n}\b",
+        rf"KILLED BY SIGNAL: {n}\b",
+        rf"terminated (?:with|by) signal {name}\b",
+    ))
+
+
+def _entry_regex(entry: dict[str, Any]) -> str:
+    """The entry's ``regex``, widened by the reports of its ``signal`` when it names one."""
+    number = entry.get("signal")
+    if number is None:
+        return entry["regex"]
+    if isinstance(number, bool) or not isinstance(number, int) or number not in set(signal.Signals):
+        raise ValueError(f"signal must be a signal number, not {number!r}")
+    # Appended, not prepended: a regex's (?i) must stay its first characters.
+    return "|".join(filter(None, (entry.get("regex"), signal_reports(number))))
 
 
 def parse_catalog(data: Any, source: str) -> tuple[LogPattern, ...]:
@@ -41,11 +79,15 @@ def parse_catalog(data: Any, source: str) -> tuple[LogPattern, ...]:
         if not isinstance(entry, dict):
             raise PluginError(f"{where}: not a mapping")
         unknown = set(entry) - _FIELDS
-        missing = {"id", "regex", "category", "fault_code", "retryable"} - set(entry)
+        missing = {"id", "category", "fault_code", "retryable"} - set(entry)
+        if not {"regex", "signal"} & set(entry):
+            missing.add("regex")
         if unknown or missing:
             raise PluginError(f"{where}: unknown keys {sorted(unknown)} / missing keys {sorted(missing)}")
+        fields = {k: v for k, v in entry.items() if k != "signal"}
         try:
-            pattern = LogPattern(**{**entry, "category": Category.parse(entry["category"]), "source": source})
+            pattern = LogPattern(**{**fields, "regex": _entry_regex(entry),
+                                    "category": Category.parse(entry["category"]), "source": source})
             compiled = re.compile(pattern.regex, re.MULTILINE)
         except (ValueError, re.error, TypeError) as exc:
             raise PluginError(f"{where}: {exc}") from None

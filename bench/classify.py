@@ -101,7 +101,9 @@ SPLITS = ((("collected_a.jsonl", "collected_b.jsonl"), "tune.jsonl", "holdout.js
           (("collected_bc.jsonl", "collected_bd.jsonl", "collected_be.jsonl", "collected_bf.jsonl"), "tune24.jsonl",
            "holdout23.jsonl"),
           (("collected_bg.jsonl", "collected_bh.jsonl", "collected_bi.jsonl", "collected_bj.jsonl"), "tune25.jsonl",
-           "holdout24.jsonl"))
+           "holdout24.jsonl"),
+          (("collected_bk.jsonl", "collected_bl.jsonl", "collected_bm.jsonl", "collected_bn.jsonl",
+            "collected_bo.jsonl"), "tune26.jsonl", "holdout25.jsonl"))
 
 
 def split() -> None:

@@ -388,6 +388,32 @@ KNOWLEDGE = [
      "TG-BENIGN"),
     ("Epoch 4: 100%|██████████| 195/195 [01:58<00:00,  1.64it/s, loss=0.391]", "success_or_benign", True,
      "TG-PROGRESS"),
+    # since tune26: a hangup, ssh that cannot log in, a store on port 0, NCCL's unwind before the
+    # "failed or timed out" it causes, numbered CUDA errors, Python's own socket reset, Ray Train
+    ("W1102 torch/distributed/elastic/agent/server/api.py:704] Received 1 death signal, shutting down workers\n"
+     "W1102 torch/distributed/elastic/multiprocessing/api.py:897] Sending process 4242 closing signal SIGHUP",
+     "segfault_or_signal", True, "TG-SIGHUP"),
+    ("nohup: ignoring input\ntrain.sh: line 9:  4242 Hangup                  python train.py", "segfault_or_signal",
+     True, "TG-SIGHUP"),
+    ("gpu-node-2: Permission denied (publickey,gssapi-keyex,gssapi-with-mic).\n"
+     "ORTE was unable to reliably start one or more daemons.", "node_or_infra", False, "TG-SSH-AUTH"),
+    ("Host key verification failed.\npdsh@head: gpu-node-3: ssh exited with exit code 255", "node_or_infra", False,
+     "TG-SSH-AUTH"),
+    ("subprocess.CalledProcessError: Command 'ssh -o PasswordAuthentication=no 10.0.0.7 hostname' returned non-zero "
+     "exit status 255.", "node_or_infra", False, "TG-SSH-AUTH"),
+    ("[W socket.cpp:663] [c10d] The client socket has failed to connect to [gpu-1]:0 (errno: 111 - Connection "
+     "refused).\n[E socket.cpp:957] [c10d] The client socket has timed out after 1800s while trying to connect to "
+     "(gpu-1, 0).", "node_or_infra", False, "TG-RENDEZVOUS-CONFIG"),
+    ("node1:4242:4300 [0] NCCL INFO misc/socket.cc:50 -> 3\nnode1:4242:4300 [0] NCCL INFO transport/net.cc:870 -> 3\n"
+     "[rank0]:[E1102 ProcessGroupNCCL.cpp:684] [Rank 0] Some NCCL operations have failed or timed out. Due to the "
+     "asynchronous nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data.",
+     "nccl_error", True, "TG-NCCL-ERROR"),
+    ("[2025-01-02 10:00:01] Error: CUDA error 999 'unknown error' - src/tensors/gpu/algorithm.cu:54: "
+     "cudaStreamSynchronize(0)", "gpu_hardware", True, "TG-GPU-ERROR"),
+    ("OSError: Connection reset by peer", "node_or_infra", True, "TG-NETWORK"),
+    ("ConnectionResetError: [Errno 104] Connection reset by peer", "node_or_infra", True, "TG-NETWORK"),
+    ("Trial TorchTrainer_1a2b3_00000 completed training after 10 iterations at 2024-05-01 10:00:00. "
+     "Total running time: 1min 3s", "success_or_benign", True, "TG-BENIGN"),
 ]
 
 
@@ -1142,7 +1168,7 @@ SIGNAL_REPORTS = [
 ]
 SIGNAL_CODES = [(9, "TG-SIGKILL", "host_oom", False), (15, "TG-SIGTERM", "node_or_infra", True),
                 (11, "TG-SIGSEGV", "segfault_or_signal", True), (7, "TG-SIGBUS", "segfault_or_signal", True),
-                (6, "TG-SIGABRT", "segfault_or_signal", True)]
+                (6, "TG-SIGABRT", "segfault_or_signal", True), (1, "TG-SIGHUP", "segfault_or_signal", True)]
 
 
 @pytest.mark.parametrize("number,code,category,retryable", SIGNAL_CODES, ids=lambda v: str(v))
@@ -1198,6 +1224,19 @@ WARNING_ONLY = ("[rank0]:[W730 15:32:17.841273251 ProcessGroupNCCL.cpp:1479] War
 def test_a_harmless_warning_never_outranks_a_kill(fault):
     verdict = classify(WARNING_ONLY, **fault)
     assert (verdict.category.value, verdict.fault_code, verdict.retryable) == ("host_oom", "TG-SIGKILL", False)
+
+
+@pytest.mark.parametrize("fault,expected", [
+    ({"signal": 1}, ("segfault_or_signal", "TG-SIGHUP", True)),
+    ({"exit_code": 129}, ("segfault_or_signal", "TG-SIGHUP", True)),
+    ({"exit_code": -15}, ("node_or_infra", "TG-SIGTERM", True)),
+    ({"exit_code": 139}, ("segfault_or_signal", "TG-SIGSEGV", True)),
+    ({"signal": 8}, ("segfault_or_signal", "TG-SIGFPE", False)),
+    ({"signal": 10}, ("segfault_or_signal", "TG-SIGUSR1", False)),
+])
+def test_a_signal_alone_says_how_the_process_died(fault, expected):
+    verdict = classify("", **fault)
+    assert (verdict.category.value, verdict.fault_code, verdict.retryable) == expected
 
 
 def test_a_failed_exit_with_only_a_warning_is_unknown():

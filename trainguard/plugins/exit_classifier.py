@@ -24,6 +24,7 @@ _SIGNALS: dict[int, tuple[Category, bool, str]] = {
     _signal.SIGBUS: (Category.SEGFAULT_OR_SIGNAL, True, "bus error (SIGBUS; often a full /dev/shm)"),
     _signal.SIGTERM: (Category.NODE_OR_INFRA, True, "terminated (SIGTERM: preemption, eviction or a stop)"),
     _signal.SIGINT: (Category.USER_CODE, False, "interrupted (SIGINT)"),
+    _signal.SIGHUP: (Category.SEGFAULT_OR_SIGNAL, True, "hangup (SIGHUP: the terminal or session that started it closed)"),
     _signal.SIGFPE: (Category.SEGFAULT_OR_SIGNAL, False, "floating-point exception (SIGFPE)"),
     _signal.SIGILL: (Category.SEGFAULT_OR_SIGNAL, False, "illegal instruction (SIGILL)"),
 }

@@ -103,7 +103,9 @@ SPLITS = ((("collected_a.jsonl", "collected_b.jsonl"), "tune.jsonl", "holdout.js
           (("collected_bg.jsonl", "collected_bh.jsonl", "collected_bi.jsonl", "collected_bj.jsonl"), "tune25.jsonl",
            "holdout24.jsonl"),
           (("collected_bk.jsonl", "collected_bl.jsonl", "collected_bm.jsonl", "collected_bn.jsonl",
-            "collected_bo.jsonl"), "tune26.jsonl", "holdout25.jsonl"))
+            "collected_bo.jsonl"), "tune26.jsonl", "holdout25.jsonl"),
+          (("collected_bp.jsonl", "collected_bq.jsonl", "collected_br.jsonl", "collected_bs.jsonl",
+            "collected_bt.jsonl"), "tune27.jsonl", "holdout26.jsonl"))
 
 
 def split() -> None:

@@ -396,11 +396,11 @@ KNOWLEDGE = [
     ("nohup: ignoring input\ntrain.sh: line 9:  4242 Hangup                  python train.py", "segfault_or_signal",
      True, "TG-SIGHUP"),
     ("gpu-node-2: Permission denied (publickey,gssapi-keyex,gssapi-with-mic).\n"
-     "ORTE was unable to reliably start one or more daemons.", "node_or_infra", False, "TG-SSH-AUTH"),
+     "ORTE was unable to reliably start one or more daemons.", "node_or_infra", False, "TG-SSH-SETUP"),
     ("Host key verification failed.\npdsh@head: gpu-node-3: ssh exited with exit code 255", "node_or_infra", False,
-     "TG-SSH-AUTH"),
+     "TG-SSH-SETUP"),
     ("subprocess.CalledProcessError: Command 'ssh -o PasswordAuthentication=no 10.0.0.7 hostname' returned non-zero "
-     "exit status 255.", "node_or_infra", False, "TG-SSH-AUTH"),
+     "exit status 255.", "node_or_infra", False, "TG-SSH-SETUP"),
     ("[W socket.cpp:663] [c10d] The client socket has failed to connect to [gpu-1]:0 (errno: 111 - Connection "
      "refused).\n[E socket.cpp:957] [c10d] The client socket has timed out after 1800s while trying to connect to "
      "(gpu-1, 0).", "node_or_infra", False, "TG-RENDEZVOUS-CONFIG"),
@@ -414,6 +414,39 @@ KNOWLEDGE = [
     ("ConnectionResetError: [Errno 104] Connection reset by peer", "node_or_infra", True, "TG-NETWORK"),
     ("Trial TorchTrainer_1a2b3_00000 completed training after 10 iterations at 2024-05-01 10:00:00. "
      "Total running time: 1min 3s", "success_or_benign", True, "TG-BENIGN"),
+    # since tune27: other accelerators, other launchers, TensorFlow's cluster, prompts
+    ("RuntimeError: [Rank:3] FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed for size::1073741824 (1024)MB",
+     "cuda_oom", False, "TG-CUDA-OOM"),
+    ("EE9999 The error from device(chipId:1, dieId:0), serial number is 7, event wait timeout occurred during "
+     "task execution, stream_id:12, sq_id:12, task_id:90, event_id=3, timeout=1800.", "nccl_timeout", True,
+     "TG-NCCL-TIMEOUT"),
+    ("RuntimeError: Aborted: Session 0f3a9c2b11d04e77 is not found.", "node_or_infra", True, "TG-NODE-LOST"),
+    ("OSError: (External) Cuda error(719), unspecified launch failure.", "gpu_hardware", True, "TG-GPU-ERROR"),
+    ("LAUNCH ERROR 2024-05-01 10:00:00,000 Container failed !!!\nContainer rank 1 status failed cmd ['python', "
+     "'-u', 'train.py'] code -9 log ./log/workerlog.1", "host_oom", False, "TG-SIGKILL"),
+    ("FatalError: A serious error (Termination signal) is detected by the operating system. (at "
+     "/paddle/paddle/fluid/platform/init.cc:303)", "node_or_infra", True, "TG-SIGTERM"),
+    ("*** Aborted at 1700000000 (unix time) try \"date -d @1700000000\" if you are using GNU date ***\n"
+     "*** SIGABRT (@0x3e800001a2b) received by PID 6699 (TID 0x7f00) from PID 6699; stack trace: ***",
+     "segfault_or_signal", False, "TG-SIGABRT-BUG"),
+    ("I tensorflow/core/distributed_runtime/master.cc:267] CreateSession still waiting for response from worker: "
+     "/job:worker/replica:0/task:1", "hang_or_stuck", True, "TG-START-STALL"),
+    ("INFO:tensorflow:An error was raised. This may be due to a preemption in a connected worker or parameter "
+     "server. The current session will be closed and a new session will be created.", "node_or_infra", True,
+     "TG-NODE-LOST"),
+    ("InternalError: Error writing (tmp) checkpoint file: /ckpt/model.ckpt-100.tempstate42: Resource exhausted: "
+     "/ckpt/model.ckpt-100.tempstate42", "node_or_infra", False, "TG-DISK-FULL"),
+    ("wandb: (1) Create a W&B account\nwandb: (2) Use an existing W&B account\nwandb: (3) Don't visualize my "
+     "results\nwandb: Enter your choice:", "hang_or_stuck", False, "TG-INPUT-PROMPT"),
+    ("The repository for my-model contains custom code which must be executed to correctly load the model.\n"
+     "Do you wish to run the custom code? [y/N]", "hang_or_stuck", False, "TG-INPUT-PROMPT"),
+    ("RuntimeError: [1] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d key-value "
+     "store by key '0', but store->get('0') got error: Socket Timeout", "node_or_infra", True, "TG-RENDEZVOUS"),
+    ("ssh: Could not resolve hostname trainer-worker-0.trainer-worker: Name or service not known",
+     "node_or_infra", True, "TG-RENDEZVOUS"),
+    ("terminate called after throwing an instance of 'c10::Error'\n  what():  [Rank:0] FATAL ERROR :: "
+     "MODULE:PT_DEVICE GRAPH:: Capture must end on the same stream it began on.\nAborted (core dumped)",
+     "user_code", False, "TG-CUDA-USAGE"),
 ]
 
 
@@ -728,7 +761,11 @@ TUNE7_FAMILIES = [
     # gRPC UNAVAILABLE while TensorFlow's master sets up the cluster session
     ("E tensorflow/core/distributed_runtime/master.cc:267] Master init: Unavailable: Socket closed",
      "node_or_infra", True, False, "TG-NETWORK"),
+    # ... but the master only waiting for a worker says no more than a stall (since tune27)
     ("I tensorflow/core/distributed_runtime/master.cc:221] CreateSession still waiting for response from worker: "
+     "/job:worker/replica:0/task:3", "hang_or_stuck", True, False, "TG-START-STALL"),
+    ("E tensorflow/core/distributed_runtime/master.cc:267] Master init: Unavailable: Socket closed\n"
+     "I tensorflow/core/distributed_runtime/master.cc:221] CreateSession still waiting for response from worker: "
      "/job:worker/replica:0/task:3", "node_or_infra", True, False, "TG-NETWORK"),
     ('UnknownError: {"created":"@1.0","description":"Error received from peer","file_line":1,"grpc_status":14,'
      '"grpc_message":"Connection reset by peer"}', "node_or_infra", True, False, "TG-NETWORK"),

@@ -37,7 +37,8 @@ def signal_reports(number: int) -> str:
     ``number``: torch elastic's ``exitcode: -9`` and ``traceback : Signal 9 (SIGKILL) received by
     PID``, Python's ``died with <Signals.SIGKILL: 9>`` and ``returned non-zero exit status -9``, a
     shell's or a container's exit status 128 + N, Open MPI's ``exited on signal 9``, MPICH's
-    ``KILLED BY SIGNAL: 9``, fish's ``terminated by signal SIGKILL``. One template serves every
+    ``KILLED BY SIGNAL: 9``, fish's ``terminated by signal SIGKILL``, paddle.distributed.launch's
+    ``Container rank 0 status failed cmd [...] code -9``. One template serves every
     signal, so that each is recognised in every form, not only in the ones someone once pasted.
     """
     name = signal.Signals(number).name
@@ -55,6 +56,7 @@ def signal_reports(number: int) -> str:
         rf"(?:exited on|interrupted by|killed by) signal {n}\b",
         rf"KILLED BY SIGNAL: {n}\b",
         rf"terminated (?:with|by) signal {name}\b",
+        rf"Container rank \d+ status failed cmd .* code -{n}\b",
     ))
 
 

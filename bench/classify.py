@@ -105,7 +105,9 @@ SPLITS = ((("collected_a.jsonl", "collected_b.jsonl"), "tune.jsonl", "holdout.js
           (("collected_bk.jsonl", "collected_bl.jsonl", "collected_bm.jsonl", "collected_bn.jsonl",
             "collected_bo.jsonl"), "tune26.jsonl", "holdout25.jsonl"),
           (("collected_bp.jsonl", "collected_bq.jsonl", "collected_br.jsonl", "collected_bs.jsonl",
-            "collected_bt.jsonl"), "tune27.jsonl", "holdout26.jsonl"))
+            "collected_bt.jsonl"), "tune27.jsonl", "holdout26.jsonl"),
+          (("collected_bu.jsonl", "collected_bv.jsonl", "collected_bx.jsonl", "collected_by.jsonl"), "tune28.jsonl",
+           "holdout27.jsonl"))
 
 
 def split() -> None:

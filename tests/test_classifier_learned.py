@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -123,6 +124,19 @@ def test_blank_or_benign_looking_text_is_unknown_not_benign(enabled, text):
         assert learned_classifier.model().predict(text)[0] == "success_or_benign"
     assert learned_classifier.judge(text) is None
     assert classify(text).category.value == "unknown"
+
+
+def test_a_binary_file_gets_no_guess(enabled):
+    # A core dump or a compressed log passed by mistake: the model would weigh its random letter
+    # runs into a confident guess (it did: gpu_hardware, node_or_infra, hang_or_stuck).
+    noise = random.Random(13).randbytes(65536).decode("utf-8", errors="replace")
+    assert learned_classifier.model().predict(noise)[1] >= learned_classifier.model().threshold
+    assert learned_classifier.judge(noise) is None
+    assert classify(noise).category.value == "unknown"
+    # a progress bar whose block characters were mangled (U+FFFD) and colour codes are still text
+    bar = "\x1b[32mTrain:  63%|" + "\ufffd" * 60 + "   | 820/1298\x1b[0m\r\n"
+    assert learned_classifier.is_text(bar + CUDA_OOM)
+    assert learned_classifier.judge(bar + CUDA_OOM) is not None
 
 
 def test_below_the_threshold_it_says_nothing(enabled, monkeypatch):

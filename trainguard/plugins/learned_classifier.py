@@ -154,10 +154,23 @@ def enabled() -> bool:
     return value.strip().lower() not in ("", "0", "false", "no", "off")
 
 
+# Characters no text log holds: C0 controls other than tab, newlines, backspace and the escape of
+# colour codes. A tail rich in them is a binary file (a core dump, a checkpoint, a compressed
+# log), whose random letter runs the model would still weigh into a confident guess.
+_CONTROL = re.compile(r"[\x00-\x07\x0b\x0c\x0e-\x1a\x1c-\x1f]")
+_BINARY_SHARE = 0.01
+
+
+def is_text(text: str) -> bool:
+    """Whether a tail reads as a text log (a mangled progress bar's U+FFFD is still text)."""
+    return len(_CONTROL.findall(text)) <= _BINARY_SHARE * len(text)
+
+
 def judge(text: str) -> Verdict | None:
-    """The learned verdict on a text, or None when the model is not sure or says benign."""
+    """The learned verdict on a text, or None when the model is not sure or says benign, or the
+    tail is not text."""
     text = text[-MAX_CHARS:]
-    if not text.strip():
+    if not text.strip() or not is_text(text):
         return None
     m = model()
     if m is None:

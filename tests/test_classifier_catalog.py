@@ -444,6 +444,8 @@ KNOWLEDGE = [
      "store by key '0', but store->get('0') got error: Socket Timeout", "node_or_infra", True, "TG-RENDEZVOUS"),
     ("ssh: Could not resolve hostname trainer-worker-0.trainer-worker: Name or service not known",
      "node_or_infra", True, "TG-RENDEZVOUS"),
+    ("I1124 10:00:00.000 torch/distributed/elastic/agent/server/api.py:879] [default] Starting worker group",
+     "hang_or_stuck", True, "TG-START-STALL"),
     ("terminate called after throwing an instance of 'c10::Error'\n  what():  [Rank:0] FATAL ERROR :: "
      "MODULE:PT_DEVICE GRAPH:: Capture must end on the same stream it began on.\nAborted (core dumped)",
      "user_code", False, "TG-CUDA-USAGE"),
@@ -1107,6 +1109,8 @@ STARTED_AND_RAN = [
     "> initializing torch distributed ...\n> setting random seeds to 1234 ...\n iteration      100/    1000 | "
     "lm loss: 6.512E+00 |\ntraining completed\n",
     "Using /tmp/ext as PyTorch extensions root...\nUserWarning: TypedStorage is deprecated\n",
+    "I1124 torch/distributed/elastic/agent/server/api.py:879] [default] Starting worker group\n"
+    "Epoch 1:  45%|████▌     | 450/1000 [10:00<12:13,  0.75it/s, loss=2.31]\n",
 ]
 
 

@@ -121,8 +121,8 @@ def test_literal_prefilter_is_sound():
     """Skipping an alternative whose literals (or their letter keys) are absent never hides a match."""
     import re
 
-    from trainguard.plugins.log_classifier import (_ASCII_LOWER, _LETTERS, _UNSPLITTABLE, _alternatives,
-                                                   _letter_key, lowercase_regex, required_literals)
+    from trainguard.plugins.regex_literals import (ASCII_LOWER, LETTERS, UNSPLITTABLE, alternatives, letter_key,
+                                                   lowercase_regex, required_literals)
 
     tuning = [json.loads(line) for name in ("tune.jsonl", "tune2.jsonl")
               for line in (DATA / name).read_text().splitlines() if line.strip()]
@@ -132,15 +132,15 @@ def test_literal_prefilter_is_sound():
     for pattern in HOST.patterns():
         lowered = pattern.regex.startswith("(?i)")
         regex = lowercase_regex(pattern.regex) if lowered else pattern.regex
-        for part in [regex] if _UNSPLITTABLE.search(regex) else _alternatives(regex):
+        for part in [regex] if UNSPLITTABLE.search(regex) else alternatives(regex):
             literals = required_literals(part)
             compiled = re.compile(part, re.MULTILINE)
             for text in texts:
-                haystack = text.translate(_ASCII_LOWER) if lowered else text
-                vocabulary = set(_LETTERS.findall(text.translate(_ASCII_LOWER)))
+                haystack = text.translate(ASCII_LOWER) if lowered else text
+                vocabulary = set(LETTERS.findall(text.translate(ASCII_LOWER)))
                 if literals is not None and compiled.search(haystack):
                     def present(literal):
-                        key, whole = _letter_key(literal)
+                        key, whole = letter_key(literal)
                         return key in vocabulary if whole else any(key in word for word in vocabulary) or not key
                     assert any(lit in haystack and present(lit) for lit in literals), (pattern.id, part)
 
@@ -154,7 +154,7 @@ def test_literal_prefilter_is_sound():
     (r"ab[^x]{0,3}cde", ("cde",)),
 ])
 def test_required_literals(regex, literals):
-    from trainguard.plugins.log_classifier import required_literals
+    from trainguard.plugins.regex_literals import required_literals
 
     assert required_literals(regex) == literals
 

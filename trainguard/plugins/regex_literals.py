@@ -1,0 +1,145 @@
+"""What a regex's matches must contain: the literals behind the log classifier's prefilter.
+
+Searching a 64 KiB tail with every catalog pattern is the classifier's whole cost, and most
+patterns cannot match most tails. Each top-level alternative of a pattern names a literal that
+every one of its matches contains (``required_literals``), and a run of letters of that literal
+(``letter_key``) is looked up in the tail's distinct words before the literal itself is searched;
+an alternative whose literals are all absent is skipped. ``(?i)`` patterns are rewritten to match
+an ASCII-lowered copy of the text (``lowercase_regex``), which ``re`` searches several times
+faster than with IGNORECASE. The analysis is sound, not complete: where it cannot name a literal,
+the alternative is always searched.
+"""
+
+from __future__ import annotations
+
+import re
+
+ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def lowercase_regex(regex: str) -> str:
+    """Rewrite a case-insensitive regex to match ASCII-lowered text case-sensitively.
+
+    Python's ``re`` is several times slower with IGNORECASE, so ``(?i)`` patterns are searched
+    in a lowered copy of the text instead. Literal letters are lowered; escapes (``\\S``,
+    ``\\d``), group names and backreferences are kept as written.
+    """
+    body = regex[4:] if regex.startswith("(?i)") else regex
+    out: list[str] = []
+    i = 0
+    while i < len(body):
+        if body[i] == "\\":
+            out.append(body[i: i + 2])
+            i += 2
+        elif body.startswith("(?P<", i) or body.startswith("(?P=", i):
+            end = body.index(">" if body[i + 3] == "<" else ")", i)
+            out.append(body[i: end + 1])
+            i = end + 1
+        else:
+            out.append(body[i].lower())
+            i += 1
+    return "".join(out)
+
+
+_META = set(".^$*+?{}[]|()")
+
+
+def alternatives(regex: str) -> list[str]:
+    """Split a regex at its top-level ``|``."""
+    parts, depth, in_class, start, i = [], 0, False, 0, 0
+    while i < len(regex):
+        c = regex[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            parts.append(regex[start:i])
+            start = i + 1
+        i += 1
+    parts.append(regex[start:])
+    return parts
+
+
+def mandatory_literal(alternative: str) -> str:
+    """The longest run of literal characters every match of ``alternative`` must contain."""
+    runs, run, depth, in_class, i = [], "", 0, False, 0
+    while i < len(alternative):
+        c = alternative[i]
+        nxt = alternative[i + 1] if i + 1 < len(alternative) else ""
+        if in_class:
+            in_class = c != "]"
+            i += 1 if c != "\\" else 2
+            continue
+        if c == "\\":
+            literal = nxt if nxt and not nxt.isalnum() and not depth else None
+            step = 2
+        elif c in _META or depth:
+            literal, step = None, 1
+            if c == "[":
+                in_class = True
+            elif c == "{" and not depth:
+                # A counted repetition ("{0,3}"): its digits are not text the match contains.
+                close = alternative.find("}", i)
+                step = close - i + 1 if close > i else 1
+            depth += (c == "(") - (c == ")")
+        else:
+            literal, step = c, 1
+        follower = alternative[i + step] if i + step < len(alternative) else ""
+        if literal is None:
+            runs.append(run)
+            run = ""
+        elif follower in ("?", "*", "{"):
+            runs.append(run)  # the quantified character is optional
+            run = ""
+        else:
+            run += literal
+            if follower == "+":
+                runs.append(run)
+                run = ""
+        i += step
+    runs.append(run)
+    return max(runs, key=len)
+
+
+def required_literals(regex: str, minimum: int = 3) -> tuple[str, ...] | None:
+    """Literals of which every match contains at least one, or None if no such set is known.
+
+    A sound prefilter: a text holding none of them cannot match, so the regex is skipped.
+    """
+    literals = []
+    for alternative in alternatives(regex):
+        literal = mandatory_literal(alternative)
+        if len(literal) < minimum:
+            return None
+        literals.append(literal)
+    return tuple(dict.fromkeys(literals))
+
+
+LETTERS = re.compile(r"[a-z]+")
+# A regex whose alternatives cannot be searched apart: backreferences (named or numbered) and
+# global inline flags would lose their meaning in a part.
+UNSPLITTABLE = re.compile(r"\(\?P=|\\[1-9]|^\(\?[aiLmsux]+\)")
+
+
+def letter_key(literal: str) -> tuple[str, bool]:
+    """A run of ASCII letters (lowered) that every text holding the literal holds, and whether
+    it is a whole word there.
+
+    A run with a non-letter on both sides inside the literal is a whole word of any text that
+    holds the literal (a set lookup); a run at the literal's edge may be part of a longer word
+    (a substring check). The longest whole word of three letters or more is preferred.
+    """
+    lowered = literal.translate(ASCII_LOWER)
+    runs = [(m.group(), 0 < m.start() and m.end() < len(lowered)) for m in LETTERS.finditer(lowered)]
+    whole = [run for run, bounded in runs if bounded and len(run) >= 3]
+    if whole:
+        return max(whole, key=len), True
+    return max((run for run, _ in runs), key=len, default=""), False

@@ -656,7 +656,7 @@ TUNE4_FAMILIES = [
      "learning rate: 3.000E-04", "success_or_benign", True, False, "TG-PROGRESS"),
     # slurmstepd's report that a task failed: a failure whose cause is elsewhere
     ("slurmstepd: error: *** STEP 4242.0 ON gpu-7 FAILED (non-zero exit code or other failure mode) ***",
-     "unknown", False, False, "TG-FAILED"),
+     "unknown", True, False, "TG-FAILED"),
 ]
 
 
@@ -873,7 +873,7 @@ TUNE9_TO_15_FAMILIES = [
      "        Pending                           : Yes", "gpu_hardware", True, True, "TG-GPU-ECC"),
     # ... while no pending remap is a healthy section
     ("Remapped Rows\n        Correctable Error                 : 0\n        Uncorrectable Error               : 0\n"
-     "        Pending                           : No", "unknown", False, False, "TG-UNKNOWN"),
+     "        Pending                           : No", "unknown", True, False, "TG-UNKNOWN"),
     # legacy PyTorch (THC) device OOM
     ("THCudaCheck FAIL file=/pytorch/aten/src/THC/generic/THCStorage.cu line=58 error=2 : out of memory",
      "cuda_oom", False, False, "TG-CUDA-OOM"),
@@ -1091,7 +1091,7 @@ def test_a_rank_error_outranks_the_step_it_left_unkillable():
 
 def test_a_stalled_step_abort_alone_stays_unknown():
     verdict = classify("srun: Job step aborted: Waiting up to 32 seconds for job step to finish.\n")
-    assert (verdict.category.value, verdict.retryable) == ("unknown", False)
+    assert (verdict.category.value, verdict.retryable) == ("unknown", True)
 
 
 def test_an_old_kubectl_listing_names_the_not_ready_node():
@@ -1253,8 +1253,10 @@ def test_slurm_launcher_errors_beat_what_a_rank_printed():
 @pytest.mark.parametrize("text", ["", "\n\n", "loading data from /data/shards\nstarting rank 3 of 8\n",
                                   "some free text a user wrote\n"])
 def test_no_evidence_is_unknown_not_benign(text):
+    """Nor is it the user's fault: a restart plausibly succeeds (the ladder bounds how often)."""
     verdict = HOST.classify(Fault(ErrorSource.LOG, time.time()), text, Policy())
-    assert (verdict.category, verdict.fault_code, verdict.retryable) == (Category.UNKNOWN, "TG-UNKNOWN", False)
+    assert (verdict.category, verdict.fault_code, verdict.retryable) == (Category.UNKNOWN, "TG-UNKNOWN", True)
+    assert not verdict.user_error and not verdict.node_fault
 
 
 WARNING_ONLY = ("[rank0]:[W730 15:32:17.841273251 ProcessGroupNCCL.cpp:1479] Warning: WARNING: "

@@ -22,7 +22,8 @@ from trainguard.policy import build_policy
 NOW = 1_700_000_000.0
 RETRYABLE = Verdict(Category.NCCL_ERROR, "TG-NCCL-ERROR", retryable=True)
 USER = Verdict(Category.USER_CODE, "TG-USER-EXCEPTION", retryable=False, user_error=True)
-UNKNOWN = Verdict(Category.USER_CODE, "TG-UNKNOWN", retryable=False)
+NOT_RETRYABLE = Verdict(Category.USER_CODE, "TG-NOT-RETRYABLE", retryable=False)
+UNEXPLAINED = Verdict(Category.UNKNOWN, "TG-UNKNOWN", retryable=True)
 NODE = Verdict(Category.GPU_HARDWARE, "TG-GPU-ECC", retryable=True, node_fault=True)
 SPARE = Capacity(("node-0", "node-1", "node-2"), 2, 4)
 TIGHT = Capacity(("node-0", "node-1"), 2, 4)
@@ -47,11 +48,15 @@ def run(verdict=RETRYABLE, history=History(), capacity=SPARE, faults=None, **pol
 @pytest.mark.parametrize("mode,ftp,verdict,action", [
     ("Sync", "ExitCodeAndErrorMsg", RETRYABLE, Action.RESTART_IN_PLACE),
     ("Sync", "ExitCodeAndErrorMsg", USER, Action.FAIL),
-    ("Sync", "ExitCodeAndErrorMsg", UNKNOWN, Action.FAIL),
+    ("Sync", "ExitCodeAndErrorMsg", NOT_RETRYABLE, Action.FAIL),
     ("Sync", "OnFailure", RETRYABLE, Action.RESTART_IN_PLACE),
     ("Sync", "OnFailure", USER, Action.RESTART_JOB),
-    ("Sync", "OnFailure", UNKNOWN, Action.RESTART_JOB),
+    ("Sync", "OnFailure", NOT_RETRYABLE, Action.RESTART_JOB),
     ("Sync", "Never", RETRYABLE, Action.FAIL),
+    ("Sync", "ExitCodeAndErrorMsg", UNEXPLAINED, Action.RESTART_JOB),
+    ("Sync", "OnFailure", UNEXPLAINED, Action.RESTART_JOB),
+    ("Sync", "Never", UNEXPLAINED, Action.FAIL),
+    ("Async", "ExitCodeAndErrorMsg", UNEXPLAINED, Action.RESTART_INSTANCES),
     ("Async", "ExitCodeAndErrorMsg", RETRYABLE, Action.RESTART_INSTANCES),
     ("Async", "ExitCodeAndErrorMsg", USER, Action.FAIL),
     ("Async", "OnFailure", USER, Action.RESTART_INSTANCES),
@@ -140,7 +145,7 @@ def test_budget():
 
 def test_user_code_ladder_after_three_unconditional_restarts():
     rounds = tuple(record(i, unconditional=True) for i in (1, 2, 3))
-    decision = run(UNKNOWN, history=History(rounds=rounds), fault_tolerant_policy="OnFailure",
+    decision = run(NOT_RETRYABLE, history=History(rounds=rounds), fault_tolerant_policy="OnFailure",
                    max_num_of_job_restart=10)
     assert decision.action is Action.FAIL and "user-code error" in decision.reason
     # A node fault this time is not the user's code: go on.
@@ -148,8 +153,23 @@ def test_user_code_ladder_after_three_unconditional_restarts():
                fault_tolerant_policy="OnFailure", max_num_of_job_restart=10).action is Action.RESCHEDULE_ISOLATED
     # An interrupted streak starts again.
     mixed = rounds[:2] + (record(3),)
-    assert run(UNKNOWN, history=History(rounds=mixed), fault_tolerant_policy="OnFailure",
+    assert run(NOT_RETRYABLE, history=History(rounds=mixed), fault_tolerant_policy="OnFailure",
                max_num_of_job_restart=10).action is Action.RESTART_JOB
+
+
+def test_an_unexplained_fault_is_retried_budgeted_and_given_up_when_it_comes_back():
+    """unknown: nothing shows the job's code caused it, nothing explains it either."""
+    first = run(UNEXPLAINED)
+    assert first.action is Action.RESTART_JOB and first.unconditional and first.consumes_budget
+    assert run(UNEXPLAINED, max_num_of_job_restart=0).action is Action.FAIL, "never free"
+    rounds = tuple(record(i, unconditional=True) for i in (1, 2, 3))
+    decision = run(UNEXPLAINED, history=History(rounds=rounds), max_num_of_job_restart=10)
+    assert decision.action is Action.FAIL and "no cause found" in decision.reason
+    assert run(UNEXPLAINED, history=History(rounds=rounds[:2]), max_num_of_job_restart=10).action is Action.RESTART_JOB
+    assert run(UNEXPLAINED, max_consecutive_unconditional_restarts=0).action is Action.FAIL
+    # A retryable fault in between ends the streak.
+    mixed = rounds[:2] + (record(3),)
+    assert run(UNEXPLAINED, history=History(rounds=mixed), max_num_of_job_restart=10).action is Action.RESTART_JOB
 
 
 def test_async_counts_unconditional_restarts_per_instance():
@@ -158,13 +178,13 @@ def test_async_counts_unconditional_restarts_per_instance():
 
     others = tuple(replace(record(i, action=Action.RESTART_INSTANCES, unconditional=True, budget=False), ranks=(i,))
                    for i in range(2, 40))
-    decision = run(UNKNOWN, history=History(rounds=others), fault_tolerant_policy="OnFailure",
+    decision = run(NOT_RETRYABLE, history=History(rounds=others), fault_tolerant_policy="OnFailure",
                    job_execution_mode="Async", max_num_of_job_restart=10)
     assert decision.action is Action.RESTART_INSTANCES
     # The same instance three times in a row (others' rounds in between do not break its streak).
     mine = tuple(replace(r, ranks=(1,)) for r in others[:3])
     interleaved = (mine[0], others[5], mine[1], others[6], mine[2])
-    decision = run(UNKNOWN, history=History(rounds=interleaved), fault_tolerant_policy="OnFailure",
+    decision = run(NOT_RETRYABLE, history=History(rounds=interleaved), fault_tolerant_policy="OnFailure",
                    job_execution_mode="Async", max_num_of_job_restart=10)
     assert decision.action is Action.FAIL and "restarts of rank-1" in decision.reason
 

@@ -83,10 +83,12 @@ def _log_plugin_error(plugin: str, hook: str, exc: BaseException) -> None:
 
 
 def unknown_verdict(fault: Fault) -> Verdict:
-    """The conservative verdict when no classifier recognised a fault: no free retry.
+    """The verdict when no classifier recognised a fault.
 
-    Silence is not health: a log without failure evidence is ``unknown`` (not retryable, so the
-    policy decides: see docs/fault-codes.md), and only a clean exit (code 0, no signal) is benign.
+    Silence is not health: a log without failure evidence is ``unknown``, and only a clean exit
+    (code 0, no signal) is benign. Nor is it a bug: nothing shows the job's own code caused it, so
+    a restart plausibly succeeds (``retryable``); the ladder retries it budgeted and never for free,
+    and gives up when it comes back (see docs/fault-codes.md).
     """
     if fault.source in (ErrorSource.HANG, ErrorSource.EXIT_HANG):
         code = "TG-HANG" if fault.source is ErrorSource.HANG else "TG-EXIT-HANG"
@@ -95,7 +97,7 @@ def unknown_verdict(fault: Fault) -> Verdict:
     if fault.source is ErrorSource.EXIT_CODE and fault.exit_code == 0 and not fault.signal:
         return Verdict(Category.SUCCESS_OR_BENIGN, "TG-CLEAN-EXIT", retryable=True,
                        evidence="exited with code 0", confidence=0.0, classifier="default")
-    return Verdict(Category.UNKNOWN, "TG-UNKNOWN", retryable=False, evidence=fault.message,
+    return Verdict(Category.UNKNOWN, "TG-UNKNOWN", retryable=True, evidence=fault.message,
                    confidence=0.0, classifier="default")
 
 

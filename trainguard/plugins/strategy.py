@@ -14,11 +14,12 @@ same error on one instance > N times    fail (``--max-num-of-same-error``)
 failed share > tolerated rate           fail (``--max-tolerated-failure-rate``)
 hang / exit hang                        restart in place, free ("restart upon suspension");
                                         fail after ``max_consecutive_hang_restarts`` in a row
-not retryable, ExitCodeAndErrorMsg      fail (no free retry for user errors or unknowns)
-not retryable, OnFailure                unconditional restart; after
+not retryable, ExitCodeAndErrorMsg      fail (no free retry for user errors)
+not retryable (OnFailure), or unknown   unconditional restart: budgeted, never in place; after
                                         ``max_consecutive_unconditional_restarts`` in a row
                                         (of the job; Async: of the instance) with no node
-                                        fault, fail as a user-code error
+                                        fault, fail (a user-code error; for unknown: no
+                                        cause found)
 Sync job, restarts disabled             fail (``--enable-job-restart=False``)
 node fault, or the same fault code     isolate the node: Sync reschedules the job away
 ``isolate_after_same_fault`` times in   from it (or replaces only its ranks while
@@ -42,6 +43,7 @@ from trainguard.hooks.markers import hookimpl
 from trainguard.model import (
     Action,
     Capacity,
+    Category,
     Decision,
     ErrorSource,
     ExecutionMode,
@@ -121,16 +123,22 @@ def trainguard_decide_recovery(
         return Decision(Action.RESTART_IN_PLACE, "restart upon suspension", consumes_budget=False,
                         strategy=NAME)
 
+    # A fault nothing explains (unknown) is retried as OnFailure retries what is not retryable:
+    # never in place for free (Sync: a budgeted job restart), and given up after
+    # max_consecutive_unconditional_restarts in a row, so a bug that leaves no trace in the log
+    # cannot loop through the budget.
+    unexplained = verdict.category is Category.UNKNOWN
     unconditional = False
-    if not verdict.retryable:
-        if policy.fault_tolerant_policy is FaultTolerantPolicy.EXIT_CODE_AND_ERROR_MSG:
+    if not verdict.retryable or unexplained:
+        if not verdict.retryable and policy.fault_tolerant_policy is FaultTolerantPolicy.EXIT_CODE_AND_ERROR_MSG:
             kind = "user error" if verdict.user_error else verdict.category.value
             return _fail(f"{code} is not retryable ({kind}) under --fault-tolerant-policy=ExitCodeAndErrorMsg")
         in_a_row = _unconditional_in_a_row(history, root.rank, is_async)
         if in_a_row >= policy.max_consecutive_unconditional_restarts and not verdict.node_fault:
             whose = f" of {root.instance}" if is_async and root.instance else ""
-            return _fail(f"{code}: failed again after {in_a_row} unconditional restarts{whose} with no node "
-                         "fault: a user-code error")
+            why = "no cause found in the log" if unexplained else "no node fault: a user-code error"
+            return _fail(f"{code}: failed again after {in_a_row} unconditional restarts{whose} with {why} "
+                         f"(--max-consecutive-unconditional-restarts={policy.max_consecutive_unconditional_restarts})")
         unconditional = True
 
     if not is_async and not policy.enable_job_restart:

@@ -107,7 +107,9 @@ SPLITS = ((("collected_a.jsonl", "collected_b.jsonl"), "tune.jsonl", "holdout.js
           (("collected_bp.jsonl", "collected_bq.jsonl", "collected_br.jsonl", "collected_bs.jsonl",
             "collected_bt.jsonl"), "tune27.jsonl", "holdout26.jsonl"),
           (("collected_bu.jsonl", "collected_bv.jsonl", "collected_bx.jsonl", "collected_by.jsonl"), "tune28.jsonl",
-           "holdout27.jsonl"))
+           "holdout27.jsonl"),
+          (("collected_bz.jsonl", "collected_ca.jsonl", "collected_cb.jsonl", "collected_cc.jsonl"), "tune29.jsonl",
+           "holdout28.jsonl"))
 
 
 def split() -> None:

@@ -87,7 +87,8 @@ KNOWLEDGE = [
      "TG-CUDA-USAGE"),
     ("RuntimeError: CUDA error: uncorrectable ECC error encountered", "gpu_hardware", True, "TG-GPU-ECC"),
     ("cudaErrorECCUncorrectable", "gpu_hardware", True, "TG-GPU-ECC"),
-    ("RuntimeError: CUDA error: system not yet initialized", "gpu_hardware", True, "TG-GPU-FABRIC"),
+    ("RuntimeError: CUDA error: system not yet initialized", "node_or_infra", True, "TG-FABRIC-MANAGER"),
+    ("NVLink fatal error detected on link 3", "gpu_hardware", True, "TG-GPU-FABRIC"),
     ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest "
      "NVIDIA driver is installed and running.", "gpu_hardware", True, "TG-GPU-DRIVER"),
     # NVIDIA Xid catalog: hardware vs application
@@ -976,10 +977,37 @@ TUNE9_TO_15_FAMILIES = [
      "TG-HOST-OOM-CGROUP"),
 ]
 
+# What tune29's misses taught (docs/fault-codes.md, "Changed from tune29").
+TUNE29_FAMILIES = [
+    # Ctrl-C after the terminal echoed another key: the run was stopped by hand
+    ("2022-12-02 00:53:12,679 INFO: [train..][epoch:  0, iter:   3,700] l_pix: 1.8931e-02\n"
+     "^[[6~^CTraceback (most recent call last):\n  File \"train.py\", line 221, in <module>\n"
+     "    train_data = prefetcher.next()", "hang_or_stuck", True, False, "TG-INTERRUPTED-STALL"),
+    # BasicSR's last line before its first iteration, and nothing after it
+    ("2022-01-28 12:00:05,722 INFO: Model [RealESRNetModel] is created.\n"
+     "2022-01-28 12:00:05,814 INFO: Start training from epoch: 0, iter: 0", "hang_or_stuck", True, False,
+     "TG-START-STALL"),
+    # DeepSpeed's runner in its own words when the passwordless-ssh check fails
+    ("RuntimeError: Using hostfile at /etc/hostfile but host=worker-0.job was not reachable via ssh. If you are "
+     "running with a single node please remove /etc/hostfile or setup passwordless ssh.", "node_or_infra", False,
+     False, "TG-SSH-SETUP"),
+    # the node's Fabric Manager is not running: the node's service, not its GPUs
+    ("test: Test CUDA failure common.cu:941 'system not yet initialized'", "node_or_infra", True, True,
+     "TG-FABRIC-MANAGER"),
+    ("cudaErrorSystemNotReady", "node_or_infra", True, True, "TG-FABRIC-MANAGER"),
+    # a worker's bus error is named before the tensor-sharing failure that comes with it ...
+    ("ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).\n"
+     "Traceback (most recent call last):\n    fd, size = storage._share_fd_()\n"
+     "RuntimeError: unable to write to file </torch_2286_2857144775>", "segfault_or_signal", False, False,
+     "TG-WORKER-CRASH"),
+    # ... which alone is still the full /dev/shm
+    ("RuntimeError: unable to write to file </torch_2286_2857144775>", "node_or_infra", False, False, "TG-SHM-FULL"),
+]
+
 
 # (line, category, retryable, node fault, fault code): every table above.
 FAMILIES = (WIDENED + TUNE3_FAMILIES + TUNE4_FAMILIES + TUNE5_FAMILIES + TUNE6_FAMILIES + TUNE7_FAMILIES
-            + TUNE8_FAMILIES + TUNE9_TO_15_FAMILIES)
+            + TUNE8_FAMILIES + TUNE9_TO_15_FAMILIES + TUNE29_FAMILIES)
 
 
 @pytest.mark.parametrize("text,category,retryable,node_fault,code", FAMILIES,
@@ -1111,6 +1139,9 @@ STARTED_AND_RAN = [
     "Using /tmp/ext as PyTorch extensions root...\nUserWarning: TypedStorage is deprecated\n",
     "I1124 torch/distributed/elastic/agent/server/api.py:879] [default] Starting worker group\n"
     "Epoch 1:  45%|████▌     | 450/1000 [10:00<12:13,  0.75it/s, loss=2.31]\n",
+    "2022-01-28 12:00:05,814 INFO: Start training from epoch: 0, iter: 0\n2022-01-28 12:01:10,100 INFO: "
+    "[train..][epoch:  0, iter:     100, lr:(2.000e-04,)] [eta: 6 days, 1:10:02, time (data): 0.650 (0.010)] "
+    "l_pix: 2.1e-02\n",
 ]
 
 

@@ -1002,6 +1002,13 @@ TUNE29_FAMILIES = [
      "TG-WORKER-CRASH"),
     # ... which alone is still the full /dev/shm
     ("RuntimeError: unable to write to file </torch_2286_2857144775>", "node_or_infra", False, False, "TG-SHM-FULL"),
+    # the runtime's own words for cudaErrorNvlinkUncorrectable (220)
+    ("RuntimeError: CUDA error: an NVLink uncorrectable error was detected during the execution", "gpu_hardware",
+     True, True, "TG-GPU-FABRIC"),
+    # a c10d store request that waited past its timeout
+    ("Traceback (most recent call last):\n    store.get(key)\nRuntimeError: Socket Timeout", "node_or_infra", True,
+     False, "TG-RENDEZVOUS"),
+    ("torch.distributed.DistNetworkError: Socket Timeout", "node_or_infra", True, False, "TG-RENDEZVOUS"),
 ]
 
 

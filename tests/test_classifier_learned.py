@@ -108,7 +108,7 @@ def test_a_guess_is_retryable_only_without_a_program_error(enabled, monkeypatch)
     for text in (USER_CODE, CUDA_OOM, HOST_OOM):  # families that are not retried anyway
         assert learned_classifier.judge(text).retryable is False
     # Whatever a retrained model makes of each mixed tail, the rule is the same: pin its guess.
-    monkeypatch.setattr(learned_classifier.model(), "predict", lambda text: ("nccl_timeout", 0.99))
+    monkeypatch.setattr(learned_classifier.model(), "predict_tokens", lambda features: ("nccl_timeout", 0.99))
     assert learned_classifier.judge(NCCL_TIMEOUT).retryable is True
     for sign in ("Traceback (most recent call last):", "ValueError: bad shape", "train.py: error: bad flag",
                  "Assertion `idx < n` failed.", "Check failed: x == y", "Fatal Python error: Aborted",
@@ -137,6 +137,15 @@ def test_a_binary_file_gets_no_guess(enabled):
     bar = "\x1b[32mTrain:  63%|" + "\ufffd" * 60 + "   | 820/1298\x1b[0m\r\n"
     assert learned_classifier.is_text(bar + CUDA_OOM)
     assert learned_classifier.judge(bar + CUDA_OOM) is not None
+
+
+def test_two_words_are_not_enough_for_a_guess(enabled):
+    # The model is sure of itself on two words, as naive Bayes is: a guess needs more to go on.
+    label, probability = learned_classifier.model().predict("shutting down\n")
+    assert label == "segfault_or_signal" and probability >= learned_classifier.model().threshold
+    assert learned_classifier.judge("shutting down\n") is None
+    assert classify("shutting down\n", exit_code=1).fault_code == "TG-UNKNOWN"
+    assert learned_classifier.judge("the process received signal and core dumped while shutting down\n") is not None
 
 
 def test_below_the_threshold_it_says_nothing(enabled, monkeypatch):

@@ -82,6 +82,18 @@ def test_on_failure_restarts_unconditionally_then_calls_it_user_code(run_job):
     assert "user-code error" in run.report["failure"]["reason"]
 
 
+def test_a_failure_nothing_explains_is_restarted_then_given_up(run_job):
+    """A rank that exits 1 saying nothing of why: unknown, so no free in-place restart, but no
+    instant failure either; three unexplained restarts in a row end the job."""
+    run = run_job([{"rank": 1, "do": "fail", "say": "exiting"}], enable_job_restart=True,
+                  max_num_of_job_restart=10)
+    assert run.status is JobStatus.FAILED
+    assert run.actions == ["restart_job"] * 3
+    failure = run.report["failure"]
+    assert failure["error_code"] == "TG-UNKNOWN" and "no cause found in the log" in failure["reason"]
+    assert all(r["consumes_budget"] for r in run.report["rounds"][:3])
+
+
 def test_restart_budget_is_enforced(run_job):
     run = run_job([{"rank": 0, "do": "fail", "say": NCCL}], enable_job_restart=True, max_num_of_job_restart=2,
                   enable_in_place_restart=False, isolate_after_same_fault=10)

@@ -24,6 +24,10 @@ from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 from trainguard.demo.faults import faults_for, inject  # noqa: E402
 from trainguard.demo.faults import restart_round as current_round  # noqa: E402
 
+# Importing torch takes seconds when ranks and their warm spares start at once on a few cores;
+# saying so keeps the start's silent stretches well inside the hang interval.
+print(f"rank {os.environ.get('RANK')}: torch imported", flush=True)
+
 
 def main() -> int:
     parser = argparse.ArgumentParser()
@@ -36,6 +40,7 @@ def main() -> int:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     restart_round = current_round()
     dist.init_process_group("gloo", timeout=timedelta(seconds=60))
+    print(f"rank {rank}: process group of {world} ready", flush=True)
     torch.manual_seed(0)
     model = DistributedDataParallel(torch.nn.Linear(16, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)

@@ -87,8 +87,8 @@ def unknown_verdict(fault: Fault) -> Verdict:
 
     Silence is not health: a log without failure evidence is ``unknown``, and only a clean exit
     (code 0, no signal) is benign. Nor is it a bug: nothing shows the job's own code caused it, so
-    a restart plausibly succeeds (``retryable``); the ladder retries it budgeted and never for free,
-    and gives up when it comes back (see docs/fault-codes.md).
+    a restart plausibly succeeds (``retryable``); the ladder never retries it in place for free,
+    and gives up when it keeps coming back (see docs/fault-codes.md).
     """
     if fault.source in (ErrorSource.HANG, ErrorSource.EXIT_HANG):
         code = "TG-HANG" if fault.source is ErrorSource.HANG else "TG-EXIT-HANG"

@@ -109,7 +109,9 @@ SPLITS = ((("collected_a.jsonl", "collected_b.jsonl"), "tune.jsonl", "holdout.js
           (("collected_bu.jsonl", "collected_bv.jsonl", "collected_bx.jsonl", "collected_by.jsonl"), "tune28.jsonl",
            "holdout27.jsonl"),
           (("collected_bz.jsonl", "collected_ca.jsonl", "collected_cb.jsonl", "collected_cc.jsonl"), "tune29.jsonl",
-           "holdout28.jsonl"))
+           "holdout28.jsonl"),
+          (("collected_cd.jsonl", "collected_ce.jsonl", "collected_cf.jsonl", "collected_cg.jsonl"), "tune30.jsonl",
+           "holdout29.jsonl"))
 
 
 def split() -> None:

@@ -1011,10 +1011,33 @@ TUNE29_FAMILIES = [
     ("torch.distributed.DistNetworkError: Socket Timeout", "node_or_infra", True, False, "TG-RENDEZVOUS"),
 ]
 
+# What tune30's misses taught (docs/fault-codes.md, "Changed from tune30").
+TUNE30_FAMILIES = [
+    # the kernel's report of a process it sent SIGSEGV
+    ("Mar 24 09:53:55 cn110 kernel: python[3551]: segfault at 1378 ip 00007fff859dbeff sp 00007fff3b60ce60 error 4 in "
+     "libcuda.so.418.67[7fff858c5000+dec000]", "segfault_or_signal", False, False, "TG-SIGSEGV-LIB"),
+    # PCIe error recovery giving up on the GPU itself
+    ("[  +0.000844] nvidia 0000:03:00.0: AER: can't recover (no error_detected callback)\n"
+     "[  +0.000004] pcieport 0000:00:03.0: AER: Multiple Uncorrected (Fatal) error received: 0000:00:03.0",
+     "gpu_hardware", True, True, "TG-GPU-LOST"),
+    # ... while the root port's lines alone are the host's
+    ("[  +0.000004] pcieport 0000:00:03.0: AER: Multiple Uncorrected (Fatal) error received: 0000:00:03.0",
+     "node_or_infra", True, True, "TG-HOST-HARDWARE"),
+    # py-spy dump's frames of a live process
+    ("    log (pytorch_lightning/core/module.py:447)\n    training_step (nemo/models/gpt_model.py:653)\n"
+     "    forward (pytorch_lightning/overrides/base.py:90)\n    _call_impl (torch/nn/modules/module.py:1514)\n",
+     "hang_or_stuck", False, False, "TG-DEADLOCK"),
+    # filelock trying the same lock again and again
+    ("".join(f"2024-02-27 15:56:22,42{i} - filelock/_api.py[line:254] - DEBUG: Attempting to acquire lock 1401920099{i} on "
+             "/home/u/.triton/autotune/Fp16Matmul_2d_kernel.pickle.lock\n" for i in range(3)),
+     "hang_or_stuck", False, False, "TG-DEADLOCK"),
+]
+
+
 
 # (line, category, retryable, node fault, fault code): every table above.
 FAMILIES = (WIDENED + TUNE3_FAMILIES + TUNE4_FAMILIES + TUNE5_FAMILIES + TUNE6_FAMILIES + TUNE7_FAMILIES
-            + TUNE8_FAMILIES + TUNE9_TO_15_FAMILIES + TUNE29_FAMILIES)
+            + TUNE8_FAMILIES + TUNE9_TO_15_FAMILIES + TUNE29_FAMILIES + TUNE30_FAMILIES)
 
 
 @pytest.mark.parametrize("text,category,retryable,node_fault,code", FAMILIES,
@@ -1159,6 +1182,10 @@ def test_start_up_lines_then_a_run_are_not_a_hang(text):
 
 # Lines that mention a family's words without showing its fault: they must not match it.
 NEAR_MISSES = [
+    # two py-spy-like frames are not a dump; one lock taken is not a wait
+    ("    forward (model.py:90)\n    step (train.py:12)\n", "unknown"),
+    ("DEBUG: Attempting to acquire lock 140192009925296 on /tmp/cache.lock\n"
+     "DEBUG: Lock 140192009925296 acquired on /tmp/cache.lock\n", "unknown"),
     ("== Status ==\nNumber of trials: 4 ({'TERMINATED': 3, 'ERROR': 1})\n", "unknown"),  # not every trial finished
     ("timeout: 1800\nnccl_timeout_minutes: 30\nheartbeat_timeout_sec: 600\n", "unknown"),
     ("--ddp-timeout 7200 --save-steps 500 --max-grad-norm 1.0\n", "unknown"),

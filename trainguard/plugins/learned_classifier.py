@@ -50,7 +50,7 @@ MAX_CHARS = 8 * 1024  # the end of the tail holds the failure; reading more only
 # A guess needs words to go on: with a handful of features naive Bayes is as sure of itself as
 # with a page (`shutting down` alone read as a segfault at 0.87), and a wrong non-retryable guess
 # ends a job at once. No tuning excerpt the model decides has fewer; on the untouched ones it
-# leaves one more unknown (1,023: category 0.810 -> 0.809).
+# leaves one more unknown (1,023 at the time: category 0.810 -> 0.809).
 MIN_FEATURES = 4  # two words and their pair are three: a guess needs at least three words
 
 # label -> (fault code, retryable as the label usually is, user_error): the family's generic

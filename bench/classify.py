@@ -12,6 +12,10 @@ Set ``TRAINGUARD_LEARNED_FALLBACK=0`` to score the catalog alone.
     python bench/classify.py [--big-log-gb 1] [--misses]
     python bench/classify.py --split     # once per batch: collected_*.jsonl -> tune*.jsonl + holdout*.jsonl
 
+``--split`` leaves out an excerpt whose text is in the corpus already, and one that shares 40 % or
+more of its word 5-grams with a corpus text or one taken before it from its batch (the same log
+posted again, or cut differently); it prints what it left out and why.
+
 ``--misses`` lists the excerpts of the tuning sets that were classified wrongly (never those
 of the holdout sets, whose texts are not for writing patterns).
 """
@@ -23,6 +27,7 @@ import collections
 import hashlib
 import json
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -111,14 +116,60 @@ SPLITS = ((("collected_a.jsonl", "collected_b.jsonl"), "tune.jsonl", "holdout.js
           (("collected_bz.jsonl", "collected_ca.jsonl", "collected_cb.jsonl", "collected_cc.jsonl"), "tune29.jsonl",
            "holdout28.jsonl"),
           (("collected_cd.jsonl", "collected_ce.jsonl", "collected_cf.jsonl", "collected_cg.jsonl"), "tune30.jsonl",
-           "holdout29.jsonl"))
+           "holdout29.jsonl"),
+          (("collected_ch.jsonl", "collected_ci.jsonl", "collected_cj.jsonl", "collected_ck.jsonl"), "tune31.jsonl",
+           "holdout30.jsonl"))
+
+
+# Near-duplicates: an excerpt that shares this share of its word 5-grams with one text of the
+# corpus (or one taken earlier from its batch) is the same log posted again, or cut differently;
+# scoring it as untouched would count a tuned text twice. Found by comparison, never by reading.
+SHINGLE = 5
+NEAR_DUPLICATE = 0.40
+_SHINGLE_WORD = re.compile(r"\w+")
+
+
+def shingles(text: str) -> set[tuple[str, ...]]:
+    words = _SHINGLE_WORD.findall(text.lower())
+    return {tuple(words[i:i + SHINGLE]) for i in range(len(words) - SHINGLE + 1)}
+
+
+class NearDuplicates:
+    """The texts taken so far, indexed by their 5-grams, to tell whether a new one repeats one."""
+
+    def __init__(self) -> None:
+        self.index: dict[tuple[str, ...], set[int]] = collections.defaultdict(set)
+        self.names: list[str] = []
+
+    def add(self, text: str, name: str) -> None:
+        for shingle in shingles(text):
+            self.index[shingle].add(len(self.names))
+        self.names.append(name)
+
+    def repeats(self, text: str) -> tuple[str, float] | None:
+        """The text this one repeats (its name and the share of this one's 5-grams it holds), or None."""
+        own = shingles(text)
+        if not own:
+            return None
+        shared = collections.Counter(i for shingle in own for i in self.index.get(shingle, ()))
+        if not shared:
+            return None
+        i, count = shared.most_common(1)[0]
+        share = count / len(own)
+        return (self.names[i], share) if share >= NEAR_DUPLICATE else None
 
 
 def split() -> None:
     """Validate the collected excerpts and split each batch once into its tuning and holdout
-    files; a batch whose files exist is never split again."""
-    seen = {row["text"].strip() for path in sorted(DATA.glob("*.jsonl")) if not path.stem.startswith("collected_")
-            for row in load(path.name)}
+    files, leaving out texts already in the corpus and near-duplicates (``NEAR_DUPLICATE``); a
+    batch whose files exist is never split again."""
+    seen = set()
+    near = NearDuplicates()
+    for path in sorted(DATA.glob("*.jsonl")):
+        if not path.stem.startswith("collected_"):
+            for row in load(path.name):
+                seen.add(row["text"].strip())
+                near.add(row["text"], f"{path.name}:{row['id']}")
     for sources, tune_name, holdout_name in SPLITS:
         tune_path, holdout_path = DATA / tune_name, DATA / holdout_name
         if tune_path.exists() or holdout_path.exists():
@@ -140,10 +191,13 @@ def split() -> None:
                 problems = validate(row, where)
                 if not problems and row["text"].strip() in seen:
                     problems = [f"{where}: the same text is in the corpus already"]
+                if not problems and (repeated := near.repeats(row["text"])):
+                    problems = [f"{where}: {repeated[1]:.0%} of its word 5-grams are in {repeated[0]}"]
                 if problems:
                     dropped.extend(problems)
                     continue
                 seen.add(row["text"].strip())
+                near.add(row["text"], where)
                 row = {**row, "id": _split_id(path.stem.removeprefix("collected_"), str(row["id"]))}
                 parts[goes_to_holdout(row)].append(row)
         for path, rows in ((tune_path, parts[False]), (holdout_path, parts[True])):

@@ -282,10 +282,10 @@ KNOWLEDGE = [
      "Root Cause (first observed failure):\n[0]:\n  exitcode  : -7 (pid: 3111)", "segfault_or_signal", False,
      "TG-SIGBUS-ALL"),
     ("ERROR: Job failed: exit code 1", "user_code", False, "TG-CHILD-FAILED"),
-    # a bus error: the launcher's report is retried, the process's own (or its shell's) is not
+    # a bus error: neither the launcher's report nor the process's own (or its shell's) is retried
     ("ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -7) local_rank: 1 (pid: 77)",
-     "segfault_or_signal", True, "TG-SIGBUS"),
-    ("  traceback : Signal 7 (SIGBUS) received by PID 3112", "segfault_or_signal", True, "TG-SIGBUS"),
+     "segfault_or_signal", False, "TG-SIGBUS"),
+    ("  traceback : Signal 7 (SIGBUS) received by PID 3112", "segfault_or_signal", False, "TG-SIGBUS"),
     ("*** SIGBUS received at time=1700000000 on cpu 3 ***\nPC: @ 0x7f00  (unknown)", "segfault_or_signal", False,
      "TG-SIGBUS-LIB"),
     ("run.sh: line 4: 2211 Bus error               (core dumped) python train.py", "segfault_or_signal", False,
@@ -1033,11 +1033,40 @@ TUNE30_FAMILIES = [
      "hang_or_stuck", False, False, "TG-DEADLOCK"),
 ]
 
+# What tune31's misses taught (docs/fault-codes.md, "Changed from tune31").
+TUNE31_FAMILIES = [
+    # CuPy's memory pool (and Chainer on it), before and after CuPy 5
+    ("Exception in main training loop: out of memory to allocate 205520896 bytes (total 16068929536 bytes)",
+     "cuda_oom", False, False, "TG-CUDA-OOM"),
+    ("cupy.cuda.memory.OutOfMemoryError: Out of memory allocating 1,073,741,824 bytes (allocated so far: "
+     "14,495,514,624 bytes).", "cuda_oom", False, False, "TG-CUDA-OOM"),
+    # NCCL before 2.3 did not name itself in its INFO lines
+    ("Epoch 1/6\nvm1358:13648:13668 [0] misc/ibvwrap.cu:61 WARN Failed to open libibverbs.so[.1]\n"
+     "vm1358:13648:13668 [0] INFO Using internal Network Socket\n"
+     "vm1358:13648:13668 [0] INFO NET : Using interface eth0:10.1.0.5<0>\n", "hang_or_stuck", True, False,
+     "TG-NCCL-INIT-STALL"),
+    # Ray cannot place what the job asks for: the scheduler's words, Tune's warning, Tune's status
+    ("(scheduler +2m) Warning: The actor or task with ID ffff cannot be scheduled right now. It requires "
+     "{GPU: 8.000000} for placement, however the cluster currently cannot provide the requested resources.",
+     "hang_or_stuck", False, False, "TG-INIT-STALL"),
+    ("WARNING insufficient_resources_manager.py:128 -- Ignore this message if the cluster is autoscaling. No trial "
+     "is running and no new trial has been started within the last 60 seconds.", "hang_or_stuck", False, False,
+     "TG-INIT-STALL"),
+    ("== Status ==\nCurrent time: 2022-11-02 10:05:51 (running for 00:08:20.53)\nNumber of trials: 2/2 (2 PENDING)\n",
+     "hang_or_stuck", False, False, "TG-INIT-STALL"),
+    # tf_cnn_benchmarks' step lines are progress
+    ("Done warm up\nStep\tImg/sec\ttotal_loss\n1\timages/sec: 3.7 +/- 0.0 (jitter = 0.0)\t9.155\n"
+     "10\timages/sec: 4.9 +/- 2.7 (jitter = 2.2)\t9.047\n", "success_or_benign", True, False, "TG-PROGRESS"),
+    # a launcher's report of SIGBUS is not retried: mostly a container's small /dev/shm
+    ("WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 139 closing signal SIGTERM\n"
+     "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -7) local_rank: 0 (pid: 138) of binary: "
+     "/usr/bin/python3", "segfault_or_signal", False, False, "TG-SIGBUS"),
+]
 
 
 # (line, category, retryable, node fault, fault code): every table above.
 FAMILIES = (WIDENED + TUNE3_FAMILIES + TUNE4_FAMILIES + TUNE5_FAMILIES + TUNE6_FAMILIES + TUNE7_FAMILIES
-            + TUNE8_FAMILIES + TUNE9_TO_15_FAMILIES + TUNE29_FAMILIES + TUNE30_FAMILIES)
+            + TUNE8_FAMILIES + TUNE9_TO_15_FAMILIES + TUNE29_FAMILIES + TUNE30_FAMILIES + TUNE31_FAMILIES)
 
 
 @pytest.mark.parametrize("text,category,retryable,node_fault,code", FAMILIES,
@@ -1212,6 +1241,10 @@ NEAR_MISSES = [
     ("srun: Waiting for job step to complete\n", "unknown"),
     ("SamplesPerSec=nan is not measured in this mode\n", "unknown"),
     ("slurmstepd: error: *** STEP 4242.0 ON gpu-7 CANCELLED AT 2024-04-23T12:18:08 ***\n", "node_or_infra"),
+    # the tune31 families' words without their fault: Keras's epoch header alone is a start, not
+    # progress; a Tune status with a trial running is not a wait
+    ("Train on 60000 samples, validate on 10000 samples\nEpoch 1/6\n", "unknown"),
+    ("== Status ==\nNumber of trials: 2/2 (1 PENDING, 1 RUNNING)\n", "unknown"),
 ]
 
 
@@ -1256,8 +1289,9 @@ def test_the_catalog_knows(text, category, retryable, code):
 
 # How launchers, schedulers, containers and shells report that a process died of signal N: every
 # form holds for every signal the catalog names (``signal:`` in patterns.yaml), not only for the
-# signal whose report someone once pasted. SIGSEGV and SIGBUS from a launcher are retried (a
-# process's own report of them is not); SIGABRT from a launcher is too; SIGKILL is the OOM killer.
+# signal whose report someone once pasted. SIGSEGV from a launcher is retried (a process's own
+# report of it is not); SIGABRT from a launcher is too; SIGBUS is not (mostly a container's small
+# /dev/shm, which the same placement hits again); SIGKILL is the OOM killer.
 SIGNAL_REPORTS = [
     "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -{n}) local_rank: 0 (pid: 4242)",
     "subprocess.CalledProcessError: Command '['python', 'train.py']' returned non-zero exit status -{n}.",
@@ -1273,7 +1307,7 @@ SIGNAL_REPORTS = [
     "fish: Job 1, 'python train.py' terminated by signal {name} (Kill)",
 ]
 SIGNAL_CODES = [(9, "TG-SIGKILL", "host_oom", False), (15, "TG-SIGTERM", "node_or_infra", True),
-                (11, "TG-SIGSEGV", "segfault_or_signal", True), (7, "TG-SIGBUS", "segfault_or_signal", True),
+                (11, "TG-SIGSEGV", "segfault_or_signal", True), (7, "TG-SIGBUS", "segfault_or_signal", False),
                 (6, "TG-SIGABRT", "segfault_or_signal", True), (1, "TG-SIGHUP", "segfault_or_signal", True)]
 
 

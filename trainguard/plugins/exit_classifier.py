@@ -21,7 +21,9 @@ _SIGNALS: dict[int, tuple[Category, bool, str]] = {
     _signal.SIGKILL: (Category.HOST_OOM, False, "killed by SIGKILL (the OOM killer, or a hard kill)"),
     _signal.SIGSEGV: (Category.SEGFAULT_OR_SIGNAL, True, "segmentation fault (SIGSEGV)"),
     _signal.SIGABRT: (Category.SEGFAULT_OR_SIGNAL, True, "aborted (SIGABRT)"),
-    _signal.SIGBUS: (Category.SEGFAULT_OR_SIGNAL, True, "bus error (SIGBUS; often a full /dev/shm)"),
+    # Not retried: in a training job SIGBUS is mostly shared memory running out (a container's
+    # small /dev/shm under the DataLoader's workers), which the same placement hits again.
+    _signal.SIGBUS: (Category.SEGFAULT_OR_SIGNAL, False, "bus error (SIGBUS; often a full /dev/shm)"),
     _signal.SIGTERM: (Category.NODE_OR_INFRA, True, "terminated (SIGTERM: preemption, eviction or a stop)"),
     _signal.SIGINT: (Category.USER_CODE, False, "interrupted (SIGINT)"),
     _signal.SIGHUP: (Category.SEGFAULT_OR_SIGNAL, True, "hangup (SIGHUP: the terminal or session that started it closed)"),

@@ -1063,10 +1063,56 @@ TUNE31_FAMILIES = [
      "/usr/bin/python3", "segfault_or_signal", False, False, "TG-SIGBUS"),
 ]
 
+# What tune32's misses taught (docs/fault-codes.md, "Changed from tune32").
+TUNE32_FAMILIES = [
+    # NCCL's own verbs call failing with ENOMEM: the NIC's limits, not host memory
+    ("h200-2:4016:4653 [7] misc/ibvwrap.cc:190 NCCL WARN Call to ibv_create_cq failed with error Cannot allocate memory",
+     "nccl_error", True, False, "TG-COMM-ERROR"),
+    # Ascend's runtime and HAMi's vGPU quota out of device memory
+    ("EL0004: 2024-08-28-16:15:00.358.141 Failed to allocate memory.\n        Possible Cause: Available memory is "
+     "insufficient.", "cuda_oom", False, False, "TG-CUDA-OOM"),
+    ("rtGetDevMsg execute failed, reason=[driver error:out of memory][FUNC:FuncErrorReason]", "cuda_oom", False, False,
+     "TG-CUDA-OOM"),
+    ("[HAMI-core ERROR (pid:30 thread=140382094939712 allocator.c:53)]: Device 0 OOM 3171158016 / 3145728000\n"
+     "RuntimeError: CUDA error: unrecognized error code", "cuda_oom", False, False, "TG-CUDA-OOM"),
+    # NNI cannot place a trial
+    ("[9/29/2019, 4:40:41 PM] WARNING [ 'Scheduler: trialJob id iwzEY, no machine can be scheduled, return "
+     "TMP_NO_AVAILABLE_GPU ' ]", "hang_or_stuck", False, False, "TG-INIT-STALL"),
+    # a throughput report is progress
+    ("[1,3]<stdout>:Process 3 - Training time: 10.07 seconds\n[1,3]<stdout>:Process 3 - Throughput: 9.93 samples/second",
+     "success_or_benign", True, False, "TG-PROGRESS"),
+    # DeepSpeed's launcher tearing its ranks down is a failure, not the silence after start-up
+    ("Loading extension module utils...\nTime to load utils op: 16.88 seconds\n"
+     "[2023-04-07 13:09:33,201] [INFO] [launch.py:318:sigkill_handler] Killing subprocess 80", "unknown", True, False,
+     "TG-FAILED"),
+    # the TPU held by another process
+    ("RuntimeError: Unable to initialize backend 'tpu': ABORTED: The TPU is already in use by a process with pid 4121.",
+     "node_or_infra", True, False, "TG-DEVICE-IN-USE"),
+    ("Check failed: ... (PERMISSION_DENIED: open(/dev/accel0): Operation not permitted: Operation not permitted; "
+     "Couldn't open device: /dev/accel0", "node_or_infra", True, False, "TG-DEVICE-IN-USE"),
+    # aws-ofi-nccl with no usable libfabric provider, under an ssh notice that is harmless
+    ("10.3.35.83: Warning: Permanently added '[10.3.60.130]:2022' (RSA) to the list of known hosts.\n"
+     "10.3.35.83: WARN: Function: find_ofi_provider Line: 543: NET/OFI Couldn't find any optimal provider\n"
+     "10.3.35.83: WARN: Function: main Line: 66: NET/OFI OFI NCCL failure: 2", "nccl_error", False, False,
+     "TG-NCCL-NET-PLUGIN"),
+    # the device plugin finds no NVIDIA platform on a GPU node
+    ("I0201 22:44:21.277776  1 factory.go:107] Detected non-NVML platform: could not load NVML library: "
+     "libnvidia-ml.so.1: cannot open shared object file\nE0201 22:44:21.277824  1 factory.go:115] Incompatible "
+     "platform detected", "node_or_infra", True, True, "TG-GPU-NOT-EXPOSED"),
+    # zsh's job report of a signal, in its words
+    ("LLVM ERROR: Failed to infer result type(s).\nzsh: abort      python train.py", "segfault_or_signal", True, False,
+     "TG-SIGABRT"),
+    ("zsh: killed     python train.py --batch-size 64", "host_oom", False, False, "TG-SIGKILL"),
+    ("zsh: terminated  torchrun --nproc-per-node 8 train.py", "node_or_infra", True, False, "TG-SIGTERM"),
+    # ... and its crash reports stay the shell's, as bash's do
+    ("zsh: segmentation fault (core dumped)  python train.py", "segfault_or_signal", False, False, "TG-SIGSEGV-LIB"),
+]
+
 
 # (line, category, retryable, node fault, fault code): every table above.
 FAMILIES = (WIDENED + TUNE3_FAMILIES + TUNE4_FAMILIES + TUNE5_FAMILIES + TUNE6_FAMILIES + TUNE7_FAMILIES
-            + TUNE8_FAMILIES + TUNE9_TO_15_FAMILIES + TUNE29_FAMILIES + TUNE30_FAMILIES + TUNE31_FAMILIES)
+            + TUNE8_FAMILIES + TUNE9_TO_15_FAMILIES + TUNE29_FAMILIES + TUNE30_FAMILIES + TUNE31_FAMILIES
+            + TUNE32_FAMILIES)
 
 
 @pytest.mark.parametrize("text,category,retryable,node_fault,code", FAMILIES,
@@ -1245,6 +1291,10 @@ NEAR_MISSES = [
     # progress; a Tune status with a trial running is not a wait
     ("Train on 60000 samples, validate on 10000 samples\nEpoch 1/6\n", "unknown"),
     ("== Status ==\nNumber of trials: 2/2 (1 PENDING, 1 RUNNING)\n", "unknown"),
+    # the tune32 families' words without their fault
+    ("zsh: command not found: nvidia-smi-dcgm\n", "user_code"),
+    ("export NCCL_NET_PLUGIN=aws-ofi  # NET/OFI provider is chosen at init\n", "unknown"),
+    ("mount: /dev/accel0 is the first TPU chip on this VM\n", "unknown"),
 ]
 
 

@@ -34,18 +34,29 @@ _FIELDS = {"id", "regex", "signal", "category", "fault_code", "retryable", "node
            "user_error", "priority", "confidence", "node_group", "gpu_group"}
 
 
+# zsh's words for a job a signal ended (its signames table, as `zsh: killed  CMD` prints them).
+# Not SIGSEGV's and SIGBUS's: `zsh: segmentation fault` and `zsh: bus error` read as a shell's
+# report of the crash, like bash's `Segmentation fault (core dumped)` (TG-SIGSEGV-LIB, TG-SIGBUS-LIB).
+_ZSH_WORDS = {1: "hangup", 4: "illegal hardware instruction", 6: "abort", 8: "floating point exception", 9: "killed",
+              13: "broken pipe", 15: "terminated"}
+
+
 def signal_reports(number: int) -> str:
     """A regex for what launchers, schedulers and shells print when a process died of signal
     ``number``: torch elastic's ``exitcode: -9`` and ``traceback : Signal 9 (SIGKILL) received by
     PID``, Python's ``died with <Signals.SIGKILL: 9>`` and ``returned non-zero exit status -9``, a
     shell's or a container's exit status 128 + N, Open MPI's ``exited on signal 9``, MPICH's
-    ``KILLED BY SIGNAL: 9``, fish's ``terminated by signal SIGKILL``, paddle.distributed.launch's
-    ``Container rank 0 status failed cmd [...] code -9``. One template serves every
-    signal, so that each is recognised in every form, not only in the ones someone once pasted.
+    ``KILLED BY SIGNAL: 9``, fish's ``terminated by signal SIGKILL``, zsh's job report
+    (``zsh: abort      python train.py``, in zsh's own words for the signal),
+    paddle.distributed.launch's ``Container rank 0 status failed cmd [...] code -9``. One template
+    serves every signal, so that each is recognised in every form, not only in the ones someone
+    once pasted.
     """
     name = signal.Signals(number).name
     n, status = number, 128 + number
+    zsh = _ZSH_WORDS.get(number)
     return "|".join((
+        *((rf"\bzsh: {zsh}(?: \(core dumped\))?\s+\S",) if zsh else ()),
         rf"exitcode\s*:\s*-{n}\b",
         rf"exit\w* (?:code|status)\s*[:=]?\s*(?:-{n}|{status})\b",
         rf"return\w* (?:code|status)\s*[:=]?\s*(?:-{n}|{status})\b",

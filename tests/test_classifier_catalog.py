@@ -1106,6 +1106,21 @@ TUNE32_FAMILIES = [
     ("zsh: terminated  torchrun --nproc-per-node 8 train.py", "node_or_infra", True, False, "TG-SIGTERM"),
     # ... and its crash reports stay the shell's, as bash's do
     ("zsh: segmentation fault (core dumped)  python train.py", "segfault_or_signal", False, False, "TG-SIGSEGV-LIB"),
+    # messages written from their sources: c10d's monitored barrier, as the ranks that came see it
+    ("RuntimeError: Rank 1 successfully reached monitoredBarrier, but received errors while waiting for send/recv "
+     "from rank 0. Please check rank 0 logs for faulty rank.", "hang_or_stuck", True, False, "TG-STALL"),
+    # the kernel's OOM killer with nothing left to kill
+    ("[ 8812.331] Out of memory and no killable processes...", "host_oom", False, False, "TG-HOST-OOM"),
+    # a NIC that went down under the job
+    ("mlx5_core 0000:5e:00.0 ib0: Link is Down", "node_or_infra", True, True, "TG-HOST-HARDWARE"),
+    ("kernel: NETDEV WATCHDOG: ens5 (ena): transmit queue 3 timed out", "node_or_infra", True, True,
+     "TG-HOST-HARDWARE"),
+    # a hub's 5xx as requests words it
+    ("huggingface_hub.errors.HfHubHTTPError: 504 Server Error: Gateway Time-out for url: "
+     "https://huggingface.co/api/datasets/x", "node_or_infra", True, False, "TG-NETWORK"),
+    # DeepSpeed's launcher saying a rank finished
+    ("[2024-01-01 00:00:00,000] [INFO] [launch.py:347:main] Process 1234 exits successfully.", "success_or_benign",
+     True, False, "TG-BENIGN"),
 ]
 
 

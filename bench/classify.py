@@ -120,7 +120,9 @@ SPLITS = ((("collected_a.jsonl", "collected_b.jsonl"), "tune.jsonl", "holdout.js
           (("collected_ch.jsonl", "collected_ci.jsonl", "collected_cj.jsonl", "collected_ck.jsonl"), "tune31.jsonl",
            "holdout30.jsonl"),
           (("collected_cl.jsonl", "collected_cm.jsonl", "collected_cn.jsonl", "collected_co.jsonl"), "tune32.jsonl",
-           "holdout31.jsonl"))
+           "holdout31.jsonl"),
+          (("collected_cp.jsonl", "collected_cq.jsonl", "collected_cr.jsonl", "collected_cs.jsonl"), "tune33.jsonl",
+           "holdout32.jsonl"))
 
 
 # Near-duplicates: an excerpt that shares this share of its word 5-grams with one text of the

@@ -687,7 +687,7 @@ TUNE5_FAMILIES = [
     ("RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is running collective: "
      "CollectiveFingerPrint(SequenceNumber=12, OpType=ALLREDUCE), but Rank 1 is running collective: "
      "CollectiveFingerPrint(SequenceNumber=12, OpType=BROADCAST). Collectives differ in the following aspects: "
-     "Op type: ALLREDUCEvs BROADCAST", "nccl_timeout", False, False, "TG-NCCL-DESYNC"),
+     "Op type: ALLREDUCEvs BROADCAST", "user_code", False, False, "TG-COLLECTIVE-MISMATCH"),
     # JAX's coordination service: the start-up connect barrier, not a training-step collective
     ("jaxlib.xla_extension.XlaRuntimeError: DEADLINE_EXCEEDED: Barrier timed out. Barrier_id: "
      "PjRT_Client_Connect. Timed out task names:\n/job:jax_worker/replica:0/task:1\n",
@@ -1123,11 +1123,21 @@ TUNE32_FAMILIES = [
      True, False, "TG-BENIGN"),
 ]
 
+# What tune33's misses taught (docs/fault-codes.md, "Changed from tune33").
+TUNE33_FAMILIES = [
+    # the driver dumping the GPU's crashed GSP or falcon micro-controller
+    ("10.0.0.7: kern: warning: [2026-04-22T21:27:51.29Z]: NVRM: kflcnCoreDumpNondestructive_IMPL: TRACE: 03 = "
+     "0x0000000005c366c0", "gpu_hardware", True, True, "TG-GPU-XID"),
+    # Lua Torch's disk writer giving up part-way through a checkpoint
+    ("luajit: torch/File.lua:210: write error: wrote 9367499 blocks instead of 31014000 at TH/THDiskFile.c:356",
+     "node_or_infra", True, False, "TG-IO-ERROR"),
+]
+
 
 # (line, category, retryable, node fault, fault code): every table above.
 FAMILIES = (WIDENED + TUNE3_FAMILIES + TUNE4_FAMILIES + TUNE5_FAMILIES + TUNE6_FAMILIES + TUNE7_FAMILIES
             + TUNE8_FAMILIES + TUNE9_TO_15_FAMILIES + TUNE29_FAMILIES + TUNE30_FAMILIES + TUNE31_FAMILIES
-            + TUNE32_FAMILIES)
+            + TUNE32_FAMILIES + TUNE33_FAMILIES)
 
 
 @pytest.mark.parametrize("text,category,retryable,node_fault,code", FAMILIES,

@@ -1128,6 +1128,11 @@ TUNE33_FAMILIES = [
     # the driver dumping the GPU's crashed GSP or falcon micro-controller
     ("10.0.0.7: kern: warning: [2026-04-22T21:27:51.29Z]: NVRM: kflcnCoreDumpNondestructive_IMPL: TRACE: 03 = "
      "0x0000000005c366c0", "gpu_hardware", True, True, "TG-GPU-XID"),
+    # XLA's coordination service losing a task, as the others and the coordinator say it
+    ("E0101 client.cc:121] Terminating process because the coordinator detected missing heartbeats. This most "
+     "likely indicates that another task died", "node_or_infra", True, False, "TG-PEER-LOST"),
+    ("jaxlib.xla_extension.XlaRuntimeError: UNAVAILABLE: The following tasks are unhealthy (stopped sending "
+     "heartbeats): /job:jax_worker/replica:0/task:5", "node_or_infra", True, False, "TG-PEER-LOST"),
     # Lua Torch's disk writer giving up part-way through a checkpoint
     ("luajit: torch/File.lua:210: write error: wrote 9367499 blocks instead of 31014000 at TH/THDiskFile.c:356",
      "node_or_infra", True, False, "TG-IO-ERROR"),

@@ -201,8 +201,8 @@ def split() -> None:
                     dropped.extend(problems)
                     continue
                 seen.add(row["text"].strip())
-                near.add(row["text"], where)
                 row = {**row, "id": _split_id(path.stem.removeprefix("collected_"), str(row["id"]))}
+                near.add(row["text"], f"{path.name}:{row['id']}")
                 parts[goes_to_holdout(row)].append(row)
         for path, rows in ((tune_path, parts[False]), (holdout_path, parts[True])):
             path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))

@@ -1133,6 +1133,12 @@ TUNE33_FAMILIES = [
      "likely indicates that another task died", "node_or_infra", True, False, "TG-PEER-LOST"),
     ("jaxlib.xla_extension.XlaRuntimeError: UNAVAILABLE: The following tasks are unhealthy (stopped sending "
      "heartbeats): /job:jax_worker/replica:0/task:5", "node_or_infra", True, False, "TG-PEER-LOST"),
+    # Open MPI's TCP transport meeting a peer it did not expect
+    ("[gpu-03][[12345,1],7][btl_tcp_endpoint.c:625:mca_btl_tcp_endpoint_recv_connect_ack] received unexpected "
+     "process identifier [[12345,1],3]", "nccl_error", True, False, "TG-COMM-ERROR"),
+    # DeepSpeed's fused optimizer skipping a step on overflow is the loss scaler at work
+    ("[2024-01-01 00:00:00,000] [INFO] [fused_optimizer.py:344:_update_scale] Grad overflow on iteration 10",
+     "success_or_benign", True, False, "TG-BENIGN"),
     # Lua Torch's disk writer giving up part-way through a checkpoint
     ("luajit: torch/File.lua:210: write error: wrote 9367499 blocks instead of 31014000 at TH/THDiskFile.c:356",
      "node_or_infra", True, False, "TG-IO-ERROR"),

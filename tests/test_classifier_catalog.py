@@ -1142,10 +1142,6 @@ TUNE33_FAMILIES = [
     # torch elastic's rendezvous done, and nothing after it: a start that stalled
     ("torch.distributed.elastic.agent.server.api:[default] Rendezvous complete for workers. Result:\n"
      "  restart_count=0\n  master_addr=node1\n", "hang_or_stuck", True, False, "TG-START-STALL"),
-    # the HF tokenizer's advice about __call__ is harmless
-    ("You're using a LlamaTokenizerFast tokenizer. Please note that with a fast tokenizer, using the `__call__` "
-     "method is faster than using a method to encode the text followed by a call to the `pad` method",
-     "success_or_benign", True, False, "TG-BENIGN"),
     # Lua Torch's disk writer giving up part-way through a checkpoint
     ("luajit: torch/File.lua:210: write error: wrote 9367499 blocks instead of 31014000 at TH/THDiskFile.c:356",
      "node_or_infra", True, False, "TG-IO-ERROR"),

@@ -167,18 +167,20 @@ def split() -> None:
     """Validate the collected excerpts and split each batch once into its tuning and holdout
     files, leaving out texts already in the corpus and near-duplicates (``NEAR_DUPLICATE``); a
     batch whose files exist is never split again."""
-    seen = set()
-    near = NearDuplicates()
-    for path in sorted(DATA.glob("*.jsonl")):
-        if not path.stem.startswith("collected_"):
-            for row in load(path.name):
-                seen.add(row["text"].strip())
-                near.add(row["text"], f"{path.name}:{row['id']}")
+    seen: set[str] = set()
+    near: NearDuplicates | None = None  # the corpus's index, built for the first batch to split
     for sources, tune_name, holdout_name in SPLITS:
         tune_path, holdout_path = DATA / tune_name, DATA / holdout_name
         if tune_path.exists() or holdout_path.exists():
             print(f"{', '.join(sources)}: split already ({tune_name}, {holdout_name})")
             continue
+        if near is None:
+            near = NearDuplicates()
+            for path in sorted(DATA.glob("*.jsonl")):
+                if not path.stem.startswith("collected_"):
+                    for row in load(path.name):
+                        seen.add(row["text"].strip())
+                        near.add(row["text"], f"{path.name}:{row['id']}")
         parts: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
         dropped = []
         for name in sources:

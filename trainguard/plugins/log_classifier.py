@@ -56,7 +56,7 @@ def signal_reports(number: int) -> str:
     n, status = number, 128 + number
     zsh = _ZSH_WORDS.get(number)
     return "|".join((
-        *((rf"\bzsh: {zsh}(?: \(core dumped\))?\s+\S",) if zsh else ()),
+        *((rf"\bzsh: {zsh}(?: \(core dumped\))?(?:\s|$)",) if zsh else ()),
         rf"exitcode\s*:\s*-{n}\b",
         rf"exit\w* (?:code|status)\s*[:=]?\s*(?:-{n}|{status})\b",
         rf"return\w* (?:code|status)\s*[:=]?\s*(?:-{n}|{status})\b",

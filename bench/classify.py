@@ -46,6 +46,8 @@ DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "faultlogs"
 # The corpus labels: every category but unknown (a verdict, never a label), in Category's order.
 LABELS = tuple(c.value for c in Category if c is not Category.UNKNOWN)
 KEYS = {"id", "source", "label", "retryable", "node_fault", "note", "text"}
+# Not a corpus file (so not beside them): a second annotator's labels of corpus excerpts (README).
+SECOND_ANNOTATOR = DATA / "audit" / "second_annotator.jsonl"
 
 
 def validate(row: Any, where: str) -> list[str]:
@@ -122,7 +124,9 @@ SPLITS = ((("collected_a.jsonl", "collected_b.jsonl"), "tune.jsonl", "holdout.js
           (("collected_cl.jsonl", "collected_cm.jsonl", "collected_cn.jsonl", "collected_co.jsonl"), "tune32.jsonl",
            "holdout31.jsonl"),
           (("collected_cp.jsonl", "collected_cq.jsonl", "collected_cr.jsonl", "collected_cs.jsonl"), "tune33.jsonl",
-           "holdout32.jsonl"))
+           "holdout32.jsonl"),
+          (("collected_ct.jsonl", "collected_cu.jsonl", "collected_cv.jsonl", "collected_cw.jsonl"), "tune34.jsonl",
+           "holdout33.jsonl"))
 
 
 # Near-duplicates: an excerpt that shares this share of its word 5-grams with one text of the
@@ -334,8 +338,35 @@ def main() -> None:
     holdout = [row for rows in holdouts.values() for row in rows]
     total = sum(len(rows) for rows in tuning.values()) + len(holdout)
     print(f"{total} excerpts classified in {elapsed * 1000:.1f} ms ({elapsed / max(total, 1) * 1e6:.0f} us each)")
+    second_annotator({**tuning, **holdouts}, verdicts)
     dense_tail(host, policy)
     big_log(host, policy, args.big_log_gb)
+
+
+def second_annotator(sets: dict[str, list[dict[str, Any]]], verdicts: dict[str, list[Verdict]]) -> None:
+    """How far the labels can be read from the texts at all: a second annotator's labels of a
+    random sample (``SECOND_ANNOTATOR``; it saw each text and the labelling convention, never the
+    label, the source or a verdict) against the corpus labels, beside the classifier's verdicts on
+    the same excerpts. The classifier's figure counts only where the excerpt is untouched."""
+    if not SECOND_ANNOTATOR.exists():
+        return
+    rows = [json.loads(line) for line in SECOND_ANNOTATOR.read_text().splitlines() if line.strip()]
+    where = {(f"{name}.jsonl", str(row["id"])): (row, verdict)
+             for name in sets for row, verdict in zip(sets[name], verdicts[name])}
+    for part, untouched in (("tuning", False), ("untouched", True)):
+        pairs = [(second, *where[(second["file"], str(second["id"]))]) for second in rows
+                 if second["file"].startswith("holdout") == untouched]
+        if not pairs:
+            continue
+        n = len(pairs)
+        sure = [pair for pair in pairs if pair[0]["sure"]]
+        line = (f"second annotator on {n} {part} excerpts: category {sum(a['label'] == r['label'] for a, r, _ in pairs) / n:.3f}, "
+                f"retryable {sum(a['retryable'] == r['retryable'] for a, r, _ in pairs) / n:.3f} "
+                f"({len(sure)} it was sure of: category {sum(a['label'] == r['label'] for a, r, _ in sure) / max(len(sure), 1):.3f})")
+        if untouched:
+            line += (f"; the classifier on the same: category {sum(v.category.value == r['label'] for _, r, v in pairs) / n:.3f}, "
+                     f"retryable {sum(v.retryable == r['retryable'] for _, r, v in pairs) / n:.3f}")
+        print(line)
 
 
 def dense_tail(host: PluginHost, policy: Policy) -> None:

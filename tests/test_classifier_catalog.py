@@ -1148,10 +1148,55 @@ TUNE33_FAMILIES = [
 ]
 
 
+TUNE34_FAMILIES = [
+    # an MPI call the standard's error classes call wrong, in mpi4py's, MPICH's and Open MPI's words
+    ("mpi4py.MPI.Exception: MPI_ERR_TRUNCATE: message truncated", "user_code", False, False, "TG-MPI-USAGE"),
+    ("Fatal error in PMPI_Recv: Message truncated, error stack:\nPMPI_Recv(200): MPI_Recv(buf=0x7f, count=4, "
+     "MPI_INT, src=0, tag=1, MPI_COMM_WORLD) failed", "user_code", False, False, "TG-MPI-USAGE"),
+    ("*** The MPI_Comm_rank() function was called before MPI_INIT was invoked.\n*** This is disallowed by the MPI "
+     "standard.\n[h1:57926] Local abort before MPI_INIT completed completed successfully, but am not able to "
+     "aggregate error messages", "user_code", False, False, "TG-MPI-USAGE"),
+    # ... while the runtime's own classes stay a transport error
+    ("Fatal error in PMPI_Allreduce: Other MPI error, error stack:", "nccl_error", True, False, "TG-COMM-ERROR"),
+    # MPI_ABORT is the program's abort: the reason it printed before decides ...
+    ("NotImplementedError: Cannot handle local boundary\nMPI_ABORT was invoked on rank 1 in communicator "
+     "MPI_COMM_WORLD\nwith errorcode 0.", "user_code", False, False, "TG-USER-EXCEPTION"),
+    ("amrex::Abort::0::CUDA error 2 in file AMReX_Arena.cpp line 173: out of memory !!!\nMPI_ABORT was invoked on "
+     "rank 0 in communicator MPI_COMM_WORLD\nwith errorcode 6.", "cuda_oom", False, False, "TG-CUDA-OOM"),
+    # ... and alone it shows a failure, not its cause
+    ("MPI_ABORT was invoked on rank 0 in communicator MPI_COMM_WORLD\nwith errorcode 1.", "unknown", True, False,
+     "TG-FAILED"),
+    # accelerator memory in XLA's, Gaudi's, an OpenACC runtime's, PaddlePaddle's and MindSpore's words
+    ("E pjrt_stream_executor_client.cc:2593] Execution of replica 0 failed: RESOURCE_EXHAUSTED: Failed to allocate "
+     "request for 108.03GiB (116000729080B) on device ordinal 5", "cuda_oom", False, False, "TG-CUDA-OOM"),
+    ("RuntimeError: [Rank:0] FATAL ERROR :: MODULE:PT_SYNHELPER workspace Allocation of size ::6450192384 failed!",
+     "cuda_oom", False, False, "TG-CUDA-OOM"),
+    ("Accelerator Fatal Error: call to cuMemAlloc returned error 2 (CUDA_ERROR_OUT_OF_MEMORY): Out of memory",
+     "cuda_oom", False, False, "TG-CUDA-OOM"),
+    ("paddle.fluid.core_avx.EnforceNotMet: Out of memory error on GPU 0. Cannot allocate 1.2GB memory on GPU 0",
+     "cuda_oom", False, False, "TG-CUDA-OOM"),
+    ("RuntimeError: Malloc device memory failed, size[1073741824], ret[207001], Device 0 may be other processes "
+     "occupying this card", "cuda_oom", False, False, "TG-CUDA-OOM"),
+    # the TPU driver's client that cannot reach its TPU host
+    ("E grpc_tpu_driver.cc:1070] Failed to open the gRPC driver: 4: Deadline Exceeded:\nTraceback (most recent "
+     "call last):\n  File \"aiserver.py\", line 10214, in <module>", "node_or_infra", True, False, "TG-NETWORK"),
+    # Grid Engine's wall-clock limit, PBS's request beyond the queue, srun's task launch on one node
+    ("job 123456 exceeded hard wallclock time - initiate terminate method", "node_or_infra", True, False,
+     "TG-TIME-LIMIT"),
+    ("qsub: Job exceeds queue resource limits MSG=cannot satisfy queue max walltime requirement", "user_code", False,
+     False, "TG-SLURM-REQUEST"),
+    ("srun: error: Task launch for StepId=123.0 failed on node n3: Invalid node name specified", "node_or_infra",
+     True, False, "TG-SLURM-STEP-LAUNCH"),
+    # a signal's exit status as MPICH's Hydra and launchers that say "exited with status" print it
+    ("=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n=   RANK 3 PID 1234 RUNNING AT node07\n"
+     "=   EXIT STATUS: 139", "segfault_or_signal", True, False, "TG-SIGSEGV"),
+    ("mpiexec: Warning: task 0 exited with status 139", "segfault_or_signal", True, False, "TG-SIGSEGV"),
+]
+
 # (line, category, retryable, node fault, fault code): every table above.
 FAMILIES = (WIDENED + TUNE3_FAMILIES + TUNE4_FAMILIES + TUNE5_FAMILIES + TUNE6_FAMILIES + TUNE7_FAMILIES
             + TUNE8_FAMILIES + TUNE9_TO_15_FAMILIES + TUNE29_FAMILIES + TUNE30_FAMILIES + TUNE31_FAMILIES
-            + TUNE32_FAMILIES + TUNE33_FAMILIES)
+            + TUNE32_FAMILIES + TUNE33_FAMILIES + TUNE34_FAMILIES)
 
 
 @pytest.mark.parametrize("text,category,retryable,node_fault,code", FAMILIES,

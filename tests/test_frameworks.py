@@ -350,3 +350,24 @@ def test_each_frameworks_plugins_load_beside_the_catalog(framework, tmp_path):
     ids = [pattern.id for pattern in host.patterns()]
     assert len(ids) == len(set(ids)) and len(ids) > 100
 
+
+
+def test_an_mpi_jobs_abort_is_read_by_its_pack_not_as_a_transport_error(tmp_path):
+    """Open MPI's `MPI_ABORT was invoked` is the program's own abort: in an MPI job the pack reads
+    it as TG-MPI-ABORT (not retried), and for any log the catalog no longer takes it for the
+    transport error it once outranked the pack with; a reason printed before it still decides."""
+    from trainguard.hooks import PluginHost
+    from trainguard.model import ErrorSource, Fault
+
+    abort = "MPI_ABORT was invoked on rank 1 in communicator MPI_COMM_WORLD\nwith errorcode 1.\n"
+    spec = JobSpec(job_id="mpi", command=("true",), nproc=2, framework="mpi")
+    policy = build_policy({})
+    mpi_host = PluginHost(load_entry_points=False, plugins=dict(for_job(spec, policy, tmp_path).plugins()))
+    plain = PluginHost(load_entry_points=False)
+    verdict = mpi_host.classify(Fault(ErrorSource.LOG, 0.0), abort, policy)
+    assert (verdict.fault_code, verdict.retryable) == ("TG-MPI-ABORT", False)
+    # Without the pack it shows a failure, not a cause (the learned fallback may guess one).
+    assert plain.classify(Fault(ErrorSource.LOG, 0.0), abort, policy).category.value not in ("nccl_error",
+                                                                                              "nccl_timeout")
+    oom = "amrex::Abort::0::CUDA error 2 in file AMReX_Arena.cpp line 173: out of memory !!!\n" + abort
+    assert mpi_host.classify(Fault(ErrorSource.LOG, 0.0), oom, policy).fault_code == "TG-CUDA-OOM"

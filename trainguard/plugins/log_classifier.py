@@ -46,7 +46,7 @@ def signal_reports(number: int) -> str:
     ``number``: torch elastic's ``exitcode: -9`` and ``traceback : Signal 9 (SIGKILL) received by
     PID``, Python's ``died with <Signals.SIGKILL: 9>`` and ``returned non-zero exit status -9``, a
     shell's or a container's exit status 128 + N, Open MPI's ``exited on signal 9``, MPICH's
-    ``KILLED BY SIGNAL: 9``, fish's ``terminated by signal SIGKILL``, zsh's job report
+    ``KILLED BY SIGNAL: 9`` and ``EXIT CODE: 137``, fish's ``terminated by signal SIGKILL``, zsh's job report
     (``zsh: abort      python train.py``, in zsh's own words for the signal),
     paddle.distributed.launch's ``Container rank 0 status failed cmd [...] code -9``. One template
     serves every signal, so that each is recognised in every form, not only in the ones someone
@@ -61,7 +61,8 @@ def signal_reports(number: int) -> str:
         rf"exit\w* (?:code|status)\s*[:=]?\s*(?:-{n}|{status})\b",
         rf"return\w* (?:code|status)\s*[:=]?\s*(?:-{n}|{status})\b",
         rf"[Ee]xit ?[Cc]ode:?\s*{status}\b",
-        rf"(?:exit|exited|finished|terminated) with (?:exit )?code {status}\b",
+        rf"(?:exit|exited|finished|terminated) with (?:exit )?(?:code|status) {status}\b",
+        rf"EXIT (?:CODE|STATUS): {status}\b",
         rf"non-zero (?:exit )?status of {status}\b",
         rf"returned non-zero exit status -{n}\b",
         rf"Signal {n} \({name}\) received by PID",

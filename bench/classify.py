@@ -126,7 +126,8 @@ SPLITS = ((("collected_a.jsonl", "collected_b.jsonl"), "tune.jsonl", "holdout.js
           (("collected_cp.jsonl", "collected_cq.jsonl", "collected_cr.jsonl", "collected_cs.jsonl"), "tune33.jsonl",
            "holdout32.jsonl"),
           (("collected_ct.jsonl", "collected_cu.jsonl", "collected_cv.jsonl", "collected_cw.jsonl"), "tune34.jsonl",
-           "holdout33.jsonl"))
+           "holdout33.jsonl"),
+          (("collected_cx.jsonl", "collected_cy.jsonl", "collected_cz.jsonl"), "tune35.jsonl", "holdout34.jsonl"))
 
 
 # Near-duplicates: an excerpt that shares this share of its word 5-grams with one text of the

@@ -1191,6 +1191,64 @@ TUNE34_FAMILIES = [
     ("=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n=   RANK 3 PID 1234 RUNNING AT node07\n"
      "=   EXIT STATUS: 139", "segfault_or_signal", True, False, "TG-SIGSEGV"),
     ("mpiexec: Warning: task 0 exited with status 139", "segfault_or_signal", True, False, "TG-SIGSEGV"),
+    # from messages written from their sources: TensorFlow's harmless allocator retry in its newer
+    # words and its duplicate plugin registration, RCCL's iommu advice, Dynamo's recompile limit,
+    # a corrected PCIe error (no SIGBUS), Dask's and UCX's advice: harmless
+    ("W bfc_allocator.cc:296] Allocator (GPU_0_bfc) ran out of memory trying to allocate 2.13GiB with "
+     "freed_by_count=0. The caller indicates that this is not a failure, but this may mean that there could be "
+     "performance gains", "success_or_benign", True, False, "TG-BENIGN"),
+    ("E cuda_dnn.cc:9342] Unable to register cuDNN factory: Attempting to register factory for plugin cuDNN when "
+     "one has already been registered", "success_or_benign", True, False, "TG-BENIGN"),
+    ('node-04:51233:51533 [0] NCCL WARN Missing "iommu=pt" from kernel command line which can lead to system '
+     "instablity or hang!", "success_or_benign", True, False, "TG-BENIGN"),
+    ("W0402 convert_frame.py:744] [0/8] torch._dynamo hit config.cache_size_limit (8)", "success_or_benign", True,
+     False, "TG-BENIGN"),
+    ("pcieport 0000:3a:00.0: AER: Corrected error received: 0000:3b:00.0\nnvidia 0000:3b:00.0: PCIe Bus Error: "
+     "severity=Corrected, type=Physical Layer, (Receiver ID)", "success_or_benign", True, False, "TG-BENIGN"),
+    ("distributed.worker.memory - WARNING - Unmanaged memory use is high. This may indicate a memory leak",
+     "success_or_benign", True, False, "TG-BENIGN"),
+    ("[1710166927.123456] [gpu-a03:48213:0] parser.c:2036 UCX  WARN  unused environment variable: "
+     "UCX_IB_GPUDIRECT_RDMA (maybe: UCX_IB_GPU_DIRECT_RDMA?)", "success_or_benign", True, False, "TG-BENIGN"),
+    # ... and healthy ends in LSF's, HTCondor's and the training operator's words
+    ("Successfully completed.\n\nResource usage summary:\n\n    CPU time :   345678.00 sec.", "success_or_benign",
+     True, False, "TG-BENIGN"),
+    ("005 (1234.000.000) 2024-03-11 14:22:07 Job terminated.\n\t(1) Normal termination (return value 0)",
+     "success_or_benign", True, False, "TG-BENIGN"),
+    ("Normal  PyTorchJobSucceeded  pytorchjob-controller  PyTorchJob default/llama-ft successfully completed.",
+     "success_or_benign", True, False, "TG-BENIGN"),
+    # device memory: TensorFlow's copy to a full GPU
+    ("InternalError: Failed copying input tensor from /job:localhost/replica:0/task:0/device:CPU:0 to "
+     "/job:localhost/replica:0/task:0/device:GPU:0 in order to run _EagerConst: Dst tensor is not initialized.",
+     "cuda_oom", False, False, "TG-CUDA-OOM"),
+    # the build or the kernel's configuration: HIP without this GPU's code object, Triton's limits
+    ('"hipErrorNoBinaryForGpu: Unable to find code object for all current devices!"\nAborted (core dumped)',
+     "user_code", False, False, "TG-CUDA-USAGE"),
+    ("triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 262144, Hardware limit: "
+     "232448.", "user_code", False, False, "TG-CUDA-USAGE"),
+    # Level Zero's lost device; the device plugin's Xid health check
+    ("|CCL_ERROR| ze_call.cpp:43 do_call: EXCEPTION: ze error at zeCommandQueueExecuteCommandLists, code: "
+     "ZE_RESULT_ERROR_DEVICE_LOST", "gpu_hardware", True, False, "TG-GPU-ERROR"),
+    ("I0311 14:22:07.123456 1 health.go:164] XidCriticalError: Xid=79 on Device=GPU-3f2a1b4c; marking device as "
+     "unhealthy.", "gpu_hardware", True, True, "TG-GPU-XID"),
+    # accelerators held elsewhere, none exposed, a spot notice as the metadata service gives it
+    ("ERROR  NRT:nrt_allocate_neuron_cores  NeuronCore(s) not available - Requested:32 Available:0",
+     "node_or_infra", True, False, "TG-DEVICE-IN-USE"),
+    ("WARNING: Could not find any nv files on this host!", "node_or_infra", True, True, "TG-GPU-NOT-EXPOSED"),
+    ('{"action": "terminate", "time": "2024-03-11T14:24:00Z"}', "node_or_infra", True, False, "TG-PREEMPTED"),
+    ("exiting program after receiving SIGTERM.", "node_or_infra", True, False, "TG-SIGTERM"),
+    # memory: Dask's nanny restarting a worker past its budget (tune35), Vertex AI's replica out of memory
+    ("distributed.nanny - WARNING - Worker exceeded 95% memory budget. Restarting\ndistributed.nanny - INFO - Worker "
+     "process 79862 was killed by signal 15", "host_oom", False, False, "TG-HOST-OOM"),
+    ("The replica workerpool0-0 ran out-of-memory and exited with a non-zero status of 9(SIGKILL).", "host_oom",
+     False, False, "TG-K8S-OOMKILLED"),
+    # launches and credentials only the user can change
+    ('The application appears to have been direct launched using "srun",\nbut OMPI was not built with SLURM\'s PMI '
+     "support and therefore cannot\nexecute.", "user_code", False, False, "TG-USER-CONFIG"),
+    ("google.api_core.exceptions.Forbidden: 403 GET https://storage.googleapis.com/storage/v1/b/ml-data/o/x: "
+     "trainer@p.iam.gserviceaccount.com does not have storage.objects.get access", "user_code", False, False,
+     "TG-USER-CONFIG"),
+    ("botocore.exceptions.ClientError: An error occurred (AccessDenied) when calling the GetObject operation: Access "
+     "Denied", "user_code", False, False, "TG-USER-CONFIG"),
 ]
 
 # (line, category, retryable, node fault, fault code): every table above.

@@ -1251,10 +1251,94 @@ TUNE34_FAMILIES = [
      "Denied", "user_code", False, False, "TG-USER-CONFIG"),
 ]
 
+# Written from their sources by a session that saw neither the corpus nor the catalog: each in the
+# component's own words (after tune35).
+PROBED_FAMILIES = [
+    # infrastructure: Go's resolver, conda and aiohttp over a bad network, Docker Hub's rate limit
+    ('Error response from daemon: Get "https://registry-1.docker.io/v2/": dial tcp: lookup registry-1.docker.io on '
+     "127.0.0.53:53: server misbehaving", "node_or_infra", True, False, "TG-RENDEZVOUS"),
+    ("CondaHTTPError: HTTP 000 CONNECTION FAILED for url <https://conda.anaconda.org/conda-forge/linux-64/repodata.json>",
+     "node_or_infra", True, False, "TG-NETWORK"),
+    ("aiohttp.client_exceptions.ClientPayloadError: Response payload is not completed", "node_or_infra", True, False,
+     "TG-NETWORK"),
+    ("docker: Error response from daemon: toomanyrequests: You have reached your pull rate limit. You may increase "
+     "the limit by authenticating and upgrading", "node_or_infra", True, False, "TG-K8S-IMAGE-PULL-TRANSIENT"),
+    # the node's clock, its process limits, its temporary directories
+    ("botocore.exceptions.ClientError: An error occurred (RequestTimeTooSkewed) when calling the PutObject operation: "
+     "The difference between the request time and the current time is too large.", "node_or_infra", True, True,
+     "TG-CLOCK-SKEW"),
+    ("OpenBLAS blas_thread_init: pthread_create failed for thread 47 of 64: Resource temporarily unavailable\n"
+     "OpenBLAS blas_thread_init: RLIMIT_NPROC 4096 current, 4096 max", "node_or_infra", False, False,
+     "TG-PROCESS-LIMIT"),
+    ("cgroup: fork rejected by pids controller in /kubepods.slice/kubepods-burstable.slice", "node_or_infra", False,
+     False, "TG-PROCESS-LIMIT"),
+    ("FileNotFoundError: [Errno 2] No usable temporary directory found in ['/tmp', '/var/tmp', '/usr/tmp']",
+     "node_or_infra", False, False, "TG-DISK-FULL"),
+    # the Hub's gated repository: the user's access
+    ("huggingface_hub.errors.GatedRepoError: 401 Client Error.\n\nCannot access gated repo for url "
+     "https://huggingface.co/meta-llama/Llama-2-7b-hf/resolve/main/config.json.", "user_code", False, False,
+     "TG-USER-CONFIG"),
+    # the kernel's hung-task report
+    ("INFO: task python:12345 blocked for more than 120 seconds.\n      Tainted: P           OE     5.15.0-105-generic\n"
+     '"echo 0 > /proc/sys/kernel/hung_task_timeout_secs" disables this message.', "hang_or_stuck", True, False,
+     "TG-STALL"),
+    # harmless: the Trainer's FLOP estimate, TensorFlow's end of input and partial cache, XLA's notices
+    ("Could not estimate the number of tokens of the input, floating-point operations will not be computed",
+     "success_or_benign", True, False, "TG-BENIGN"),
+    ("I tensorflow/core/framework/local_rendezvous.cc:404] Local rendezvous is aborting with status: OUT_OF_RANGE: "
+     "End of sequence", "success_or_benign", True, False, "TG-BENIGN"),
+    ("W external/xla/xla/service/gpu/nvptx_compiler.cc:760] The NVIDIA driver's CUDA version is 12.2 which is older "
+     "than the ptxas CUDA version (12.4.131). Because the driver is older than the ptxas version, XLA is disabling "
+     "parallel compilation, which may slow down compilation.", "success_or_benign", True, False, "TG-BENIGN"),
+    ("E external/xla/xla/service/slow_operation_alarm.cc:65] Constant folding an instruction is taking > 1s:",
+     "success_or_benign", True, False, "TG-BENIGN"),
+    # healthy ends and progress: Keras, Detectron2, ultralytics, ESPnet, Ray Tune, Lightning, Composer
+    ("Epoch 15: early stopping\nRestoring model weights from the end of the best epoch: 10.", "success_or_benign", True,
+     False, "TG-BENIGN"),
+    ("[05/01 12:00:00 d2.engine.hooks]: Overall training speed: 89997 iterations in 8:12:34 (0.3284 s / it)",
+     "success_or_benign", True, False, "TG-BENIGN"),
+    ("50 epochs completed in 2.345 hours.\nOptimizer stripped from runs/detect/train/weights/last.pt, 6.2MB",
+     "success_or_benign", True, False, "TG-BENIGN"),
+    ("[gpu-node-01] 2024-05-01 12:00:00,000 (trainer:379) INFO: The training was finished at 40 epochs",
+     "success_or_benign", True, False, "TG-BENIGN"),
+    ("Trial TorchTrainer_3f2a1_00000 completed after 10 iterations at 2024-05-01 12:00:00.", "success_or_benign",
+     True, False, "TG-BENIGN"),
+    ("Epoch 4, global step 500: 'val_loss' reached 0.31245 (best 0.31245), saving model to "
+     "'/ckpt/epoch=4-step=500.ckpt' as top 3", "success_or_benign", True, False, "TG-PROGRESS"),
+    ("[batch=1000/1000]:\n\t Train time/batch: 999\n\t Train loss/train/total: 2.3456", "success_or_benign", True,
+     False, "TG-PROGRESS"),
+    # the kernel's RCU stall, slurmctld giving up on a node, nvidia-smi finding no GPU, the driver's
+    # version mismatch, a fatal PCIe error on the GPU itself, TensorFlow's collective deadline
+    ("rcu: INFO: rcu_sched self-detected stall on CPU\nrcu: \t17-....: (5249 ticks this GP) idle=8e2/1/0x4000",
+     "hang_or_stuck", True, False, "TG-STALL"),
+    ("[2024-05-01T11:41:07.118] error: Nodes gpu-node-06 not responding, setting DOWN", "node_or_infra", True, True,
+     "TG-NODE-FAIL"),
+    ("No devices were found", "node_or_infra", True, True, "TG-GPU-NOT-EXPOSED"),
+    ("NVRM: API mismatch: the client has the version 550.90.07, but\nNVRM: this kernel module has the version "
+     "535.161.08.", "gpu_hardware", True, True, "TG-GPU-DRIVER"),
+    ("nvidia 0000:9b:00.0: PCIe Bus Error: severity=Uncorrected (Fatal), type=Transaction Layer, (Receiver ID)",
+     "gpu_hardware", True, True, "TG-GPU-LOST"),
+    ("tensorflow.python.framework.errors_impl.DeadlineExceededError: Collective ops is aborted by: Deadline Exceeded",
+     "nccl_timeout", True, False, "TG-NCCL-TIMEOUT"),
+    # ... and what is not a fault: nvidia-smi's clock slowdown is no S3 throttling; Megatron's timers,
+    # Lightning's Timer ending a run on time
+    ("        HW Slowdown                       : Active", "unknown", True, False, "TG-UNKNOWN"),
+    ("(min, max) time across ranks (ms):\n    forward-backward ...............................: (3412.18, 3415.02)",
+     "success_or_benign", True, False, "TG-PROGRESS"),
+    ("Time limit reached. Elapsed time is 3:59:00. Signaling Trainer to stop.", "success_or_benign", True, False,
+     "TG-BENIGN"),
+    # start-up lines with nothing after them: Accelerate's defaults, TensorFlow's GPU discovery
+    ("The following values were not passed to `accelerate launch` and had defaults used instead:\n\t`--num_processes` "
+     "was set to a value of `8`", "hang_or_stuck", True, False, "TG-START-STALL"),
+    ("I external/local_xla/xla/stream_executor/cuda/cuda_executor.cc:901] successful NUMA node read from SysFS had "
+     "negative value (-1), but there must be at least one NUMA node, so returning NUMA node zero.", "hang_or_stuck",
+     True, False, "TG-START-STALL"),
+]
+
 # (line, category, retryable, node fault, fault code): every table above.
 FAMILIES = (WIDENED + TUNE3_FAMILIES + TUNE4_FAMILIES + TUNE5_FAMILIES + TUNE6_FAMILIES + TUNE7_FAMILIES
             + TUNE8_FAMILIES + TUNE9_TO_15_FAMILIES + TUNE29_FAMILIES + TUNE30_FAMILIES + TUNE31_FAMILIES
-            + TUNE32_FAMILIES + TUNE33_FAMILIES + TUNE34_FAMILIES)
+            + TUNE32_FAMILIES + TUNE33_FAMILIES + TUNE34_FAMILIES + PROBED_FAMILIES)
 
 
 @pytest.mark.parametrize("text,category,retryable,node_fault,code", FAMILIES,

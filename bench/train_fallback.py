@@ -73,15 +73,21 @@ def gain(label: str, predicted: str) -> int:
     return int(predicted in FAMILY and predicted == label)
 
 
-def cross_validate(files: dict[str, list[dict[str, Any]]], scale: float) -> list[tuple[float, str, dict[str, Any]]]:
-    """Leave one file out: (top probability, predicted label, row) for every tuning excerpt."""
-    out = []
+def cross_validate(files: dict[str, list[dict[str, Any]]],
+                   scales: tuple[float, ...]) -> dict[float, list[tuple[float, str, dict[str, Any]]]]:
+    """Leave one file out: (top probability, predicted label, row) for every tuning excerpt, for
+    each weight temper. The temper only scales the word weights when predicting, so each fold's
+    model is fitted once and asked under every temper."""
+    out: dict[float, list[tuple[float, str, dict[str, Any]]]] = {scale: [] for scale in scales}
     for held, rows in files.items():
         train = [row for name, other in files.items() if name != held for row in other]
-        model = Model(fit(train, scale))
+        model = Model(fit(train))
         for row in rows:
-            predicted, probability = model.predict(row["text"])
-            out.append((probability, predicted, row))
+            features = tokens(row["text"])
+            for scale in scales:
+                model.scale = scale
+                predicted, probability = model.predict_tokens(features)
+                out[scale].append((probability, predicted, row))
     return out
 
 
@@ -108,8 +114,9 @@ def summary(predictions: list[tuple[float, str, dict[str, Any]]], threshold: flo
 def train(verbose: bool = True) -> str:
     files = {name: load(name) for name in TUNING}
     best: tuple[int, float, float] | None = None
+    by_scale = cross_validate(files, SCALES)
     for scale in SCALES:
-        predictions = cross_validate(files, scale)
+        predictions = by_scale[scale]
         threshold, total = best_threshold(predictions)
         if verbose:
             print(f"scale {scale}: gain {total:+d}; {summary(predictions, threshold)}")

@@ -1327,6 +1327,20 @@ PROBED_FAMILIES = [
      "success_or_benign", True, False, "TG-PROGRESS"),
     ("Time limit reached. Elapsed time is 3:59:00. Signaling Trainer to stop.", "success_or_benign", True, False,
      "TG-BENIGN"),
+    # the kernel's trap line for an instruction the CPU lacks; Ray's worker death with no error of its
+    # own; Arrow's and the JVM's host allocations; NCCL's CUDA call out of memory with its number;
+    # Open MPI's retry-count help text, wrapped as it prints it
+    ("traps: python3[22817] trap invalid opcode ip:7f55c0a1b3f2 sp:7ffc3e2d1a80 error:0 in libtorch_cpu.so",
+     "segfault_or_signal", False, False, "TG-FATAL-SIGNAL"),
+    ("(raylet) A worker died or was killed while executing a task by an unexpected system error. To troubleshoot "
+     "the problem, check the logs for the dead worker.", "node_or_infra", True, False, "TG-NODE-LOST"),
+    ("pyarrow.lib.ArrowMemoryError: malloc of size 4294967296 failed", "host_oom", False, False, "TG-HOST-ENOMEM"),
+    ("# There is insufficient memory for the Java Runtime Environment to continue.\n# Native memory allocation (mmap) "
+     "failed to map 2147483648 bytes", "host_oom", False, False, "TG-HOST-ENOMEM"),
+    ("gpu-node-07:48213:48890 [2] NCCL WARN Cuda failure 2 'out of memory'\ngpu-node-07:48213:48890 [2] NCCL INFO "
+     "include/alloc.h:124 -> 1", "cuda_oom", False, False, "TG-CUDA-OOM"),
+    ("The InfiniBand retry count between two MPI processes has been\nexceeded.  \"Retry count\" is defined in the "
+     "InfiniBand spec 1.2", "nccl_error", True, False, "TG-COMM-ERROR"),
     # start-up lines with nothing after them: Accelerate's defaults, TensorFlow's GPU discovery
     ("The following values were not passed to `accelerate launch` and had defaults used instead:\n\t`--num_processes` "
      "was set to a value of `8`", "hang_or_stuck", True, False, "TG-START-STALL"),

@@ -6,7 +6,9 @@ collected between them from other threads) and every ``holdout*.jsonl`` (never t
 scored). For each set, and for all holdouts together, it prints the category and retryable
 accuracy, node-fault accuracy, how many user_code excerpts were marked retryable, per-category
 precision and recall with the retryable flags right per label, and the confusion matrix; then
-the time to classify a 1 GB log file (only its tail is read, so it costs what a small one does).
+how far a second annotator's labels of a sample agree with the corpus's (``audit/``: what the texts
+themselves allow), and the time to classify a 1 GB log file (only its tail is read, so it costs
+what a small one does).
 Set ``TRAINGUARD_LEARNED_FALLBACK=0`` to score the catalog alone.
 
     python bench/classify.py [--big-log-gb 1] [--misses]
@@ -361,12 +363,15 @@ def second_annotator(sets: dict[str, list[dict[str, Any]]], verdicts: dict[str, 
             continue
         n = len(pairs)
         sure = [pair for pair in pairs if pair[0]["sure"]]
-        line = (f"second annotator on {n} {part} excerpts: category {sum(a['label'] == r['label'] for a, r, _ in pairs) / n:.3f}, "
-                f"retryable {sum(a['retryable'] == r['retryable'] for a, r, _ in pairs) / n:.3f} "
-                f"({len(sure)} it was sure of: category {sum(a['label'] == r['label'] for a, r, _ in sure) / max(len(sure), 1):.3f})")
+        category = sum(a["label"] == r["label"] for a, r, _ in pairs) / n
+        retryable = sum(a["retryable"] == r["retryable"] for a, r, _ in pairs) / n
+        sure_category = sum(a["label"] == r["label"] for a, r, _ in sure) / max(len(sure), 1)
+        line = (f"second annotator on {n} {part} excerpts: category {category:.3f}, retryable {retryable:.3f} "
+                f"({len(sure)} it was sure of: category {sure_category:.3f})")
         if untouched:
-            line += (f"; the classifier on the same: category {sum(v.category.value == r['label'] for _, r, v in pairs) / n:.3f}, "
-                     f"retryable {sum(v.retryable == r['retryable'] for _, r, v in pairs) / n:.3f}")
+            ours = sum(v.category.value == r["label"] for _, r, v in pairs) / n
+            ours_retryable = sum(v.retryable == r["retryable"] for _, r, v in pairs) / n
+            line += f"; the classifier on the same: category {ours:.3f}, retryable {ours_retryable:.3f}"
         print(line)
 
 

@@ -49,7 +49,7 @@ DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "faultlogs"
 LABELS = tuple(c.value for c in Category if c is not Category.UNKNOWN)
 KEYS = {"id", "source", "label", "retryable", "node_fault", "note", "text"}
 # Not a corpus file (so not beside them): a second annotator's labels of corpus excerpts (README).
-SECOND_ANNOTATOR = DATA / "audit" / "second_annotator.jsonl"
+SECOND_ANNOTATOR = "audit/second_annotator.jsonl"
 
 
 def validate(row: Any, where: str) -> list[str]:
@@ -336,8 +336,9 @@ def main() -> None:
     for name, rows in holdouts.items():
         report(f"{name} (never tuned on; {goals})", rows, verdicts[name], False)
     if len(holdouts) > 1:
-        report(" + ".join(holdouts) + f" (never tuned on; {goals})", [row for rows in holdouts.values() for row in rows],
-               [v for name in holdouts for v in verdicts[name]], False)
+        report(" + ".join(holdouts) + f" (never tuned on; {goals})",
+               [row for rows in holdouts.values() for row in rows], [v for name in holdouts for v in verdicts[name]],
+               False)
     holdout = [row for rows in holdouts.values() for row in rows]
     total = sum(len(rows) for rows in tuning.values()) + len(holdout)
     print(f"{total} excerpts classified in {elapsed * 1000:.1f} ms ({elapsed / max(total, 1) * 1e6:.0f} us each)")
@@ -351,9 +352,7 @@ def second_annotator(sets: dict[str, list[dict[str, Any]]], verdicts: dict[str, 
     random sample (``SECOND_ANNOTATOR``; it saw each text and the labelling convention, never the
     label, the source or a verdict) against the corpus labels, beside the classifier's verdicts on
     the same excerpts. The classifier's figure counts only where the excerpt is untouched."""
-    if not SECOND_ANNOTATOR.exists():
-        return
-    rows = [json.loads(line) for line in SECOND_ANNOTATOR.read_text().splitlines() if line.strip()]
+    rows = load(SECOND_ANNOTATOR)
     where = {(f"{name}.jsonl", str(row["id"])): (row, verdict)
              for name in sets for row, verdict in zip(sets[name], verdicts[name])}
     for part, untouched in (("tuning", False), ("untouched", True)):
@@ -361,18 +360,21 @@ def second_annotator(sets: dict[str, list[dict[str, Any]]], verdicts: dict[str, 
                  if second["file"].startswith("holdout") == untouched]
         if not pairs:
             continue
-        n = len(pairs)
         sure = [pair for pair in pairs if pair[0]["sure"]]
-        category = sum(a["label"] == r["label"] for a, r, _ in pairs) / n
-        retryable = sum(a["retryable"] == r["retryable"] for a, r, _ in pairs) / n
-        sure_category = sum(a["label"] == r["label"] for a, r, _ in sure) / max(len(sure), 1)
-        line = (f"second annotator on {n} {part} excerpts: category {category:.3f}, retryable {retryable:.3f} "
-                f"({len(sure)} it was sure of: category {sure_category:.3f})")
+        category, retryable = _agreement(pairs)
+        line = (f"second annotator on {len(pairs)} {part} excerpts: category {category:.3f}, retryable "
+                f"{retryable:.3f} ({len(sure)} it was sure of: category {_agreement(sure)[0]:.3f})")
         if untouched:
-            ours = sum(v.category.value == r["label"] for _, r, v in pairs) / n
-            ours_retryable = sum(v.retryable == r["retryable"] for _, r, v in pairs) / n
-            line += f"; the classifier on the same: category {ours:.3f}, retryable {ours_retryable:.3f}"
+            ours = scores([row for _, row, _ in pairs], [verdict for *_, verdict in pairs])
+            line += f"; the classifier on the same: category {ours['category']:.3f}, retryable {ours['retryable']:.3f}"
         print(line)
+
+
+def _agreement(pairs: list[tuple[dict[str, Any], dict[str, Any], Verdict]]) -> tuple[float, float]:
+    """The share of (annotator's row, corpus row, verdict) whose category and retry flag agree."""
+    n = len(pairs) or 1
+    return (sum(a["label"] == r["label"] for a, r, _ in pairs) / n,
+            sum(a["retryable"] == r["retryable"] for a, r, _ in pairs) / n)
 
 
 def dense_tail(host: PluginHost, policy: Policy) -> None:

@@ -351,7 +351,6 @@ def test_each_frameworks_plugins_load_beside_the_catalog(framework, tmp_path):
     assert len(ids) == len(set(ids)) and len(ids) > 100
 
 
-
 def test_an_mpi_jobs_abort_is_read_by_its_pack_not_as_a_transport_error(tmp_path):
     """Open MPI's `MPI_ABORT was invoked` is the program's own abort: in an MPI job the pack reads
     it as TG-MPI-ABORT (not retried), and for any log the catalog no longer takes it for the

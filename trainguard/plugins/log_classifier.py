@@ -46,8 +46,8 @@ def signal_reports(number: int) -> str:
     ``number``: torch elastic's ``exitcode: -9`` and ``traceback : Signal 9 (SIGKILL) received by
     PID``, Python's ``died with <Signals.SIGKILL: 9>`` and ``returned non-zero exit status -9``, a
     shell's or a container's exit status 128 + N, Open MPI's ``exited on signal 9``, MPICH's
-    ``KILLED BY SIGNAL: 9`` and ``EXIT CODE: 137``, fish's ``terminated by signal SIGKILL``, zsh's job report
-    (``zsh: abort      python train.py``, in zsh's own words for the signal),
+    ``KILLED BY SIGNAL: 9`` and ``EXIT CODE: 137``, fish's ``terminated by signal SIGKILL``, zsh's
+    job report (``zsh: abort      python train.py``, in zsh's own words for the signal),
     paddle.distributed.launch's ``Container rank 0 status failed cmd [...] code -9``. One template
     serves every signal, so that each is recognised in every form, not only in the ones someone
     once pasted.
@@ -60,9 +60,8 @@ def signal_reports(number: int) -> str:
         rf"exitcode\s*:\s*-{n}\b",
         rf"exit\w* (?:code|status)\s*[:=]?\s*(?:-{n}|{status})\b",
         rf"return\w* (?:code|status)\s*[:=]?\s*(?:-{n}|{status})\b",
-        rf"[Ee]xit ?[Cc]ode:?\s*{status}\b",
+        rf"(?:[Ee]xit ?[Cc]ode:?\s*|EXIT (?:CODE|STATUS): ){status}\b",
         rf"(?:exit|exited|finished|terminated) with (?:exit )?(?:code|status) {status}\b",
-        rf"EXIT (?:CODE|STATUS): {status}\b",
         rf"non-zero (?:exit )?status of {status}\b",
         rf"returned non-zero exit status -{n}\b",
         rf"Signal {n} \({name}\) received by PID",

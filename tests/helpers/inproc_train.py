@@ -4,7 +4,7 @@ Each step is an allreduce. ``TG_FAULT`` (JSON) says what goes wrong: ``{"rank": 
 "iteration": 0, "do": "raise" | "keyerror" | "kill" | "hang" | "raise-always"}`` (``iteration``
 absent: any; ``round``: the supervisor's restart round, absent: any). ``TG_WRAPPED=0`` runs the same loop without the wrapper (one call, no re-entry). ``TG_BLOCK``
 (JSON ``{"rank": 1, "step": 5}``, iteration 0, round 0) makes that rank block where no interrupt
-reaches it — the interrupt signal masked, then a long sleep — as a rank blocked in C code does
+reaches it — the interrupt signal masked before that step's allreduce, a long sleep after it — as a rank blocked in C code does
 (DDP's backward waiting on a gloo allreduce whose peers are gone).
 Every entry into the function appends ``{"rank", "pid", "iteration", "env_iteration"}`` to
 ``$TG_RECORD``; the state is "loaded" once per process (``loads`` counts it).
@@ -47,6 +47,11 @@ def train(attempt):
     dist.init_process_group("gloo", store=attempt.store, rank=attempt.rank, world_size=attempt.world_size,
                             timeout=timedelta(seconds=60))
     for step in range(STEPS):
+        blocks = (BLOCK.get("rank"), BLOCK.get("step"), attempt.iteration, ROUND) == (attempt.rank, step, 0, 0)
+        if blocks:
+            # Masked before this step's allreduce: a peer's fault in the same step comes after
+            # it, so its interrupt can never reach this rank before the mask does.
+            signal.pthread_sigmask(signal.SIG_BLOCK, {inprocess.INTERRUPT_SIGNAL})
         value = torch.ones(4)
         dist.all_reduce(value)
         assert value[0].item() == attempt.world_size
@@ -63,8 +68,7 @@ def train(attempt):
             os.kill(os.getpid(), signal.SIGKILL)
         if do == "hang":
             time.sleep(600)
-        if (BLOCK.get("rank"), BLOCK.get("step"), attempt.iteration, ROUND) == (attempt.rank, step, 0, 0):
-            signal.pthread_sigmask(signal.SIG_BLOCK, {inprocess.INTERRUPT_SIGNAL})
+        if blocks:
             time.sleep(600)
         time.sleep(0.05)
     dist.barrier()

@@ -1349,10 +1349,29 @@ PROBED_FAMILIES = [
      True, False, "TG-START-STALL"),
 ]
 
+TUNE36_FAMILIES = [
+    # PyTorch's caching allocator warning as a request fails: the device is full, whatever its prefix
+    ("[W1203 10:01:02.123456789 CUDACachingAllocator.cpp:3934] memory allocation failed with OOM on device 1 while "
+     "trying to allocate 2147483648 bytes (free: 104857600, total: 85899345920).", "cuda_oom", False, False,
+     "TG-CUDA-OOM"),
+    # LightGBM's own collective layer losing a peer's socket
+    ("lightgbm.basic.LightGBMError: Socket send error, code: 104", "nccl_error", True, False, "TG-COMM-ERROR"),
+    # a Dask worker paused at its memory pause fraction runs no task, so a collective on it waits
+    ("distributed.worker.memory - WARNING - Worker is at 85% memory usage. Pausing worker.  Process memory: 6.80 GiB "
+     "-- Worker memory limit: 8.00 GiB", "host_oom", False, False, "TG-HOST-OOM"),
+    # progress in MindSpore's, LightGBM's and XGBoost's words
+    ("epoch: 3 step: 120, loss is 0.4521", "success_or_benign", True, False, "TG-PROGRESS"),
+    ("[42]\tvalid_0's binary_logloss: 0.31234\tvalid_0's auc: 0.9121", "success_or_benign", True, False,
+     "TG-PROGRESS"),
+    ("[7]\tvalidation_0-rmse:0.48211\tvalidation_1-rmse:0.50310", "success_or_benign", True, False, "TG-PROGRESS"),
+    ("Early stopping, best iteration is:\n[57]\tvalid_0's l2: 0.1932", "success_or_benign", True, False,
+     "TG-PROGRESS"),
+]
+
 # (line, category, retryable, node fault, fault code): every table above.
 FAMILIES = (WIDENED + TUNE3_FAMILIES + TUNE4_FAMILIES + TUNE5_FAMILIES + TUNE6_FAMILIES + TUNE7_FAMILIES
             + TUNE8_FAMILIES + TUNE9_TO_15_FAMILIES + TUNE29_FAMILIES + TUNE30_FAMILIES + TUNE31_FAMILIES
-            + TUNE32_FAMILIES + TUNE33_FAMILIES + TUNE34_FAMILIES + PROBED_FAMILIES)
+            + TUNE32_FAMILIES + TUNE33_FAMILIES + TUNE34_FAMILIES + PROBED_FAMILIES + TUNE36_FAMILIES)
 
 
 @pytest.mark.parametrize("text,category,retryable,node_fault,code", FAMILIES,

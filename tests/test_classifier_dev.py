@@ -152,6 +152,9 @@ def test_literal_prefilter_is_sound():
     (r"a|bcd", None),
     (r"force[- ]deleted", ("deleted",)),
     (r"ab[^x]{0,3}cde", ("cde",)),
+    # a code point's digits are the escape's, not text: `\x27s` is "'s", never "27s"
+    (r"valid\x27s metric", ("s metric",)),
+    (r"caf\u00e9 au lait|\N{BULLET} item list", (" au lait", " item list")),
 ])
 def test_required_literals(regex, literals):
     from trainguard.plugins.regex_literals import required_literals

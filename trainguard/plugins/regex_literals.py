@@ -29,8 +29,12 @@ def lowercase_regex(regex: str) -> str:
     i = 0
     while i < len(body):
         if body[i] == "\\":
-            out.append(body[i: i + 2])
-            i += 2
+            step = escape_length(body, i)
+            code = body[i: i + step]
+            if _HEX_ESCAPE.fullmatch(code) and "A" <= chr(int(code[2:], 16)) <= "Z":
+                code = chr(int(code[2:], 16)).lower()  # ``\x41`` is an ``A``, lowered as the text is
+            out.append(code)
+            i += step
         elif body.startswith("(?P<", i) or body.startswith("(?P=", i):
             end = body.index(">" if body[i + 3] == "<" else ")", i)
             out.append(body[i: end + 1])
@@ -42,6 +46,25 @@ def lowercase_regex(regex: str) -> str:
 
 
 _META = set(".^$*+?{}[]|()")
+# Escapes longer than a backslash and one character: ``\x27``, ``\u00e9``, ``\U0001f600``.
+_CODE_POINT = {"x": 4, "u": 6, "U": 10}
+_HEX_ESCAPE = re.compile(r"\\x[0-9A-Fa-f]{2}")
+
+
+def escape_length(regex: str, i: int) -> int:
+    """How many characters the escape at ``regex[i]`` (a backslash) spans: its hex digits are
+    part of it, not text a match contains (``\\x27s`` must not require ``27s``)."""
+    nxt = regex[i + 1: i + 2]
+    if nxt in _CODE_POINT:
+        return _CODE_POINT[nxt]
+    if nxt == "N" and regex[i + 2: i + 3] == "{" and (close := regex.find("}", i)) > 0:
+        return close - i + 1  # a named character, ``\\N{BULLET}``
+    if nxt == "0":  # an octal escape: up to two more octal digits
+        j = i + 2
+        while j < min(i + 4, len(regex)) and regex[j] in "01234567":
+            j += 1
+        return j - i
+    return 2
 
 
 def alternatives(regex: str) -> list[str]:
@@ -80,7 +103,7 @@ def mandatory_literal(alternative: str) -> str:
             continue
         if c == "\\":
             literal = nxt if nxt and not nxt.isalnum() and not depth else None
-            step = 2
+            step = escape_length(alternative, i)
         elif c in _META or depth:
             literal, step = None, 1
             if c == "[":

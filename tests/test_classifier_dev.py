@@ -162,6 +162,15 @@ def test_required_literals(regex, literals):
     assert required_literals(regex) == literals
 
 
+def test_a_case_insensitive_code_point_escape_still_matches_the_lowered_text():
+    import re
+
+    from trainguard.plugins.regex_literals import lowercase_regex
+
+    lowered = lowercase_regex(r"(?i)\x41BC\x27s \x2Dd")
+    assert re.search(lowered, "xx abc's -d") and not re.search(lowered, "xx abc27s -d"), lowered
+
+
 def test_alternatives_keep_their_meaning_when_searched_apart():
     from trainguard.model import Category, LogPattern
     from trainguard.plugins.log_classifier import Catalog

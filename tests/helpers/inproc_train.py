@@ -4,8 +4,8 @@ Each step is an allreduce. ``TG_FAULT`` (JSON) says what goes wrong: ``{"rank": 
 "iteration": 0, "do": "raise" | "keyerror" | "kill" | "hang" | "raise-always"}`` (``iteration``
 absent: any; ``round``: the supervisor's restart round, absent: any). ``TG_WRAPPED=0`` runs the same loop without the wrapper (one call, no re-entry). ``TG_BLOCK``
 (JSON ``{"rank": 1, "step": 5}``, iteration 0, round 0) makes that rank block where no interrupt
-reaches it — the interrupt signal masked before that step's allreduce, a long sleep after it — as a rank blocked in C code does
-(DDP's backward waiting on a gloo allreduce whose peers are gone).
+reaches it — the interrupt signal masked before that step's allreduce, a long sleep after it — as
+a rank blocked in C code does (DDP's backward waiting on a gloo allreduce whose peers are gone).
 Every entry into the function appends ``{"rank", "pid", "iteration", "env_iteration"}`` to
 ``$TG_RECORD``; the state is "loaded" once per process (``loads`` counts it).
 """

@@ -58,7 +58,7 @@ def escape_length(regex: str, i: int) -> int:
     if nxt in _CODE_POINT:
         return _CODE_POINT[nxt]
     if nxt == "N" and regex[i + 2: i + 3] == "{" and (close := regex.find("}", i)) > 0:
-        return close - i + 1  # a named character, ``\\N{BULLET}``
+        return close - i + 1  # a named character, ``\N{BULLET}``
     if nxt == "0":  # an octal escape: up to two more octal digits
         j = i + 2
         while j < min(i + 4, len(regex)) and regex[j] in "01234567":

@@ -23,8 +23,8 @@ from typing import Any
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 
-from classify import DATA, LABELS  # noqa: E402  (bench/classify.py owns the corpus)
-from classify import load as load_any  # noqa: E402
+from corpus import DATA, LABELS  # noqa: E402
+from corpus import load as load_any  # noqa: E402
 from trainguard.plugins.learned_classifier import FAMILY, MODEL, Model, tokens  # noqa: E402
 
 # dev.jsonl and every tuning part of a split (tune.jsonl, tune2.jsonl, ...), in a fixed order.

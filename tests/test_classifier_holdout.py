@@ -2,7 +2,7 @@
 
 Each batch of collected excerpts was split once by a hash of its source and text into a
 ``tune*`` file (tuning data like ``dev.jsonl``) and a ``holdout*`` file (only scored); the table of
-splits is ``SPLITS`` in ``bench/classify.py`` and the README there tells each batch's story.
+splits is ``SPLITS`` in ``bench/corpus.py`` and the README there tells each batch's story.
 ``tune2.jsonl`` was collected between the first two splits, from threads none of the other files
 quotes, and is tuning data too.
 The floors are what the catalog honestly reaches on the holdout part, not the goals: the goals
@@ -26,8 +26,8 @@ from trainguard.policy import Policy
 
 
 def _bench():
-    """``bench/classify.py``, which owns the corpus: its files, labels, loader and splits."""
-    spec = importlib.util.spec_from_file_location("bench_classify", REPO / "bench" / "classify.py")
+    """``bench/corpus.py``, which owns the corpus: its files, labels, loader and splits."""
+    spec = importlib.util.spec_from_file_location("bench_corpus", REPO / "bench" / "corpus.py")
     assert spec and spec.loader
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
@@ -58,7 +58,7 @@ def classify(text: str):
 
 
 FILES = sorted(path.name for path in DATA.glob("*.jsonl") if not path.name.startswith("collected_"))
-# The (tuning, holdout) file of every split, as ``bench/classify.py --split`` made them.
+# The (tuning, holdout) file of every split, as ``bench/classify.py --split`` (bench/corpus.py) made them.
 SPLITS = tuple((tune, holdout) for _, tune, holdout in BENCH.SPLITS)
 HOLDOUTS = [name for name in FILES if name.startswith("holdout")]
 

@@ -1368,10 +1368,25 @@ TUNE36_FAMILIES = [
      "TG-PROGRESS"),
 ]
 
+TUNE37_FAMILIES = [
+    # a preemption spelt with a hyphen, as Azure ML and others write it
+    ("Job failed. PreemptionError: the nodes of this job got pre-empted.", "node_or_infra", True, False,
+     "TG-NODE-LOST"),
+    ("Reason: Received pre-emption warning signal", "node_or_infra", True, False, "TG-NODE-LOST"),
+    # the end of the Hugging Face Trainer's start-up banner, then nothing: no first step was taken
+    ("[INFO|trainer.py:2321] 2025-01-02 10:00:00,000 >>   Total optimization steps = 1,200\n"
+     "[INFO|trainer.py:2322] 2025-01-02 10:00:00,010 >>   Number of trainable parameters = 6,738,415,616",
+     "hang_or_stuck", True, False, "TG-START-STALL"),
+    # ... and the same banner with a logged step after it: training runs
+    ("  Number of trainable parameters = 124,439,808\n{'loss': 3.2117, 'grad_norm': 1.52, 'learning_rate': 4.9e-05, "
+     "'epoch': 0.02}", "success_or_benign", True, False, "TG-PROGRESS"),
+]
+
 # (line, category, retryable, node fault, fault code): every table above.
 FAMILIES = (WIDENED + TUNE3_FAMILIES + TUNE4_FAMILIES + TUNE5_FAMILIES + TUNE6_FAMILIES + TUNE7_FAMILIES
             + TUNE8_FAMILIES + TUNE9_TO_15_FAMILIES + TUNE29_FAMILIES + TUNE30_FAMILIES + TUNE31_FAMILIES
-            + TUNE32_FAMILIES + TUNE33_FAMILIES + TUNE34_FAMILIES + PROBED_FAMILIES + TUNE36_FAMILIES)
+            + TUNE32_FAMILIES + TUNE33_FAMILIES + TUNE34_FAMILIES + PROBED_FAMILIES + TUNE36_FAMILIES
+            + TUNE37_FAMILIES)
 
 
 @pytest.mark.parametrize("text,category,retryable,node_fault,code", FAMILIES,

@@ -78,7 +78,7 @@ def test_a_no_pattern_excerpt_gets_the_learned_verdict(enabled, text, label, cod
 def test_a_pattern_match_keeps_the_pattern_verdict_and_the_model_is_not_asked(enabled, monkeypatch):
     read = []
     judge = learned_classifier.judge
-    monkeypatch.setattr(learned_classifier, "judge", lambda text: read.append(text) or judge(text))
+    monkeypatch.setattr(learned_classifier, "judge", lambda text, **how: read.append(text) or judge(text, **how))
     text = CUDA_OOM + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
     verdict = classify(text)
     assert verdict.classifier.startswith("log_classifier:")
@@ -118,12 +118,40 @@ def test_a_guess_is_retryable_only_without_a_program_error(enabled, monkeypatch)
         assert verdict.retryable is False, sign
 
 
-@pytest.mark.parametrize("text", ["", "\n\n   \n", BENIGN_LOOKING])
-def test_blank_or_benign_looking_text_is_unknown_not_benign(enabled, text):
-    if text == BENIGN_LOOKING:  # the model would call it benign: that needs a pattern's evidence
-        assert learned_classifier.model().predict(text)[0] == "success_or_benign"
+@pytest.mark.parametrize("text", ["", "\n\n   \n"])
+def test_blank_text_is_unknown(enabled, text):
     assert learned_classifier.judge(text) is None
     assert classify(text).category.value == "unknown"
+
+
+def test_benign_looking_text_is_never_benign_but_output_that_stopped(enabled, monkeypatch):
+    # The model calls it benign, which needs a pattern's evidence; with none, healthy-looking
+    # output under a fault is output that stopped: a stall, retried as the family is.
+    model = learned_classifier.model()
+    label, probability = model.predict(BENIGN_LOOKING)
+    assert label == "success_or_benign" and probability >= model.threshold
+    verdict = classify(BENIGN_LOOKING)
+    assert (verdict.category.value, verdict.retryable, verdict.node_fault) == ("hang_or_stuck", True, False)
+    assert verdict.classifier == "learned:hang_or_stuck" and verdict.fault_code == "TG-STALL"
+    # ... unless the text shows a program error: such a stall is not retried as is (the reading
+    # pinned, whatever a retrained model makes of the mixed tail)
+    monkeypatch.setattr(model, "predict_tokens", lambda features: ("success_or_benign", 0.99))
+    verdict = learned_classifier.judge("ValueError: bad shape\n" + BENIGN_LOOKING)
+    assert verdict is not None and verdict.category.value == "hang_or_stuck" and verdict.retryable is False
+
+
+@pytest.mark.parametrize("exit_code", [1, 2])
+def test_a_healthy_reading_of_an_exit_is_no_stall(enabled, exit_code):
+    # The process ended: its output did not stop, so there is no stall to read (and no cause).
+    verdict = classify(BENIGN_LOOKING, exit_code=exit_code)
+    assert verdict.category.value == "unknown" and verdict.classifier != "learned:hang_or_stuck"
+
+
+def test_a_healthy_reading_the_model_is_not_sure_of_stays_unknown(enabled, monkeypatch):
+    model = learned_classifier.model()
+    monkeypatch.setattr(model, "predict_tokens", lambda features: ("success_or_benign", model.threshold - 0.01))
+    assert learned_classifier.judge(BENIGN_LOOKING) is None
+    assert classify(BENIGN_LOOKING).category.value == "unknown"
 
 
 def test_a_binary_file_gets_no_guess(enabled):

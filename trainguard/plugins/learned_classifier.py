@@ -88,6 +88,13 @@ FAMILY: dict[str, tuple[str, bool, bool]] = {
 QUIET_LABEL = "success_or_benign"
 QUIET_READING = "hang_or_stuck"
 
+
+def said(label: str) -> str | None:
+    """The label a guess says for the model's most probable one (None: no guess), where the fault
+    is the log's alone; training scores the guesses by it too."""
+    label = QUIET_READING if label == QUIET_LABEL else label
+    return label if label in FAMILY else None
+
 # Signs that the program itself failed: a Python traceback, an exception or error class
 # (``ValueError``, ``DistBackendError``), a script's ``error:`` (argparse), a failed assertion or
 # check (C++ ``CHECK``, glog's ``LogMessageFatal``), a fatal Python error, a file or command the
@@ -198,17 +205,12 @@ def judge(text: str, quiet_is_stall: bool = True) -> Verdict | None:
     features = tokens(text)
     if sum(1 for feature in features if feature in m.weights) < MIN_FEATURES:
         return None
-    label, probability = m.predict_tokens(features)
-    if probability < m.threshold:
-        return None  # not sure
-    if label == QUIET_LABEL:
-        if not quiet_is_stall:
-            return None
-        # Healthy-looking output (the model's reading), yet no pattern found the positive evidence
-        # benign needs (progress, a clean finish, a known harmless warning), and the log is all
-        # there is: the output stopped without an error, which is a stall (QUIET_LABEL's comment).
-        label = QUIET_READING
-    if label not in FAMILY:
+    read, probability = m.predict_tokens(features)
+    # A healthy reading, yet no pattern found the positive evidence benign needs (progress, a
+    # clean finish, a known harmless warning): where the log is all there is, the output stopped
+    # without an error, which is a stall (QUIET_LABEL's comment).
+    label = said(read) if quiet_is_stall or read != QUIET_LABEL else None
+    if probability < m.threshold or label is None:
         return None
     code, retryable, user_error = FAMILY[label]
     retryable = retryable and PROGRAM_ERROR.search(text) is None

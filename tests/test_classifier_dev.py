@@ -128,7 +128,11 @@ def test_literal_prefilter_is_sound():
               for line in (DATA / name).read_text().splitlines() if line.strip()]
     texts = [row["text"] for row in ROWS + tuning] + ["NVRM: Xid (PCI:0000:3b:00): 79", "pod was force-deleted",
                                                       "Killed", "loss: nan", "x (y) z", "OOMKilled", "已杀死",
-                                                      "Epoch 3 | val_acc: 0.912", "{'loss': 0.25}"]
+                                                      "Epoch 3 | val_acc: 0.912", "{'loss': 0.25}",
+                                                      # what only a group's literals can admit
+                                                      "task 0: Exited with exit code 139", "EXIT CODE: 137",
+                                                      "[1]+  Morto (core dumped)  python train.py",
+                                                      "torch.distributed.DistBackendError: NCCL error"]
     for pattern in HOST.patterns():
         lowered = pattern.regex.startswith("(?i)")
         regex = lowercase_regex(pattern.regex) if lowered else pattern.regex
@@ -155,6 +159,16 @@ def test_literal_prefilter_is_sound():
     # a code point's digits are the escape's, not text: `\x27s` is "'s", never "27s"
     (r"valid\x27s metric", ("s metric",)),
     (r"caf\u00e9 au lait|\N{BULLET} item list", (" au lait", " item list")),
+    # a group no match can skip gives a literal of each of its alternatives, preferred to digits
+    (r"(?:[Ee]xit ?[Cc]ode:?\s*|EXIT (?:CODE|STATUS): )139\b", ("xit", "EXIT ")),
+    (r"(?:[A-Z]\w*(?:Error|Exception)|SystemExit)(?::\s|$)", ("Error", "Exception", "SystemExit")),
+    (r"(?:\d|\]) +(?:Morto|Matat)\s*$", ("Morto", "Matat")),
+    (r"(?P<node>nodeabc\d+) x", ("nodeabc",)),
+    # ... but not one it may skip, nor one whose text it does not consume or reads in another case
+    (r"(?:abcd)?efg", ("efg",)),
+    (r"(?=abcd)efg", ("efg",)),
+    (r"(?i:abcd)efg", ("efg",)),
+    (r"(?:ab|cd)", None),
 ])
 def test_required_literals(regex, literals):
     from trainguard.plugins.regex_literals import required_literals

@@ -1,10 +1,12 @@
 """What a regex's matches must contain: the literals behind the log classifier's prefilter.
 
 Searching a 64 KiB tail with every catalog pattern is the classifier's whole cost, and most
-patterns cannot match most tails. Each top-level alternative of a pattern names a literal that
-every one of its matches contains (``required_literals``), and a run of letters of that literal
-(``letter_key``) is looked up in the tail's distinct words before the literal itself is searched;
-an alternative whose literals are all absent is skipped. ``(?i)`` patterns are rewritten to match
+patterns cannot match most tails. Each top-level alternative of a pattern names literals of
+which every one of its matches contains one (``required_literals``): a run of literal characters,
+or one literal of each alternative of a group no match can skip (``(?:exit code|EXIT STATUS: )139``
+is gated by its words, not by the digits every log's numbers hold). A run of letters of each
+literal (``letter_key``) is looked up in the tail's distinct words before the literal itself is
+searched; an alternative whose literals are all absent is skipped. ``(?i)`` patterns are rewritten to match
 an ASCII-lowered copy of the text (``lowercase_regex``), which ``re`` searches several times
 faster than with IGNORECASE. The analysis is sound, not complete: where it cannot name a literal,
 the alternative is always searched.
@@ -91,9 +93,57 @@ def alternatives(regex: str) -> list[str]:
     return parts
 
 
-def mandatory_literal(alternative: str) -> str:
-    """The longest run of literal characters every match of ``alternative`` must contain."""
-    runs, run, depth, in_class, i = [], "", 0, False, 0
+def _group_end(regex: str, i: int) -> int:
+    """The index of the ``)`` that closes the group opening at ``regex[i]`` (-1 if none)."""
+    depth, in_class = 0, False
+    while i < len(regex):
+        c = regex[i]
+        if c == "\\":
+            i += escape_length(regex, i)
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return -1
+
+
+def _group_body(regex: str, i: int, close: int) -> str | None:
+    """The text between a group's opening at ``regex[i]`` and its ``)``, for a group whose text a
+    match holds as written: plain, non-capturing and named groups. None for lookarounds (their
+    text is not consumed), conditionals, comments and inline flags (``(?i:...)`` matches text
+    whose case differs from the literal's)."""
+    if not regex.startswith("(?", i):
+        return regex[i + 1: close]
+    if regex.startswith("(?:", i):
+        return regex[i + 3: close]
+    named = _NAMED_GROUP.match(regex, i)
+    return regex[named.end(): close] if named else None
+
+
+_NAMED_GROUP = re.compile(r"\(\?P<\w+>")
+
+
+def _requirements(alternative: str, minimum: int) -> list[tuple[str, ...]]:
+    """Sets of literals of which every match of ``alternative`` holds one: each run of literal
+    characters outside groups (a set of one), and each group a match cannot skip (a literal of
+    each of its alternatives, found the same way)."""
+    found: list[tuple[str, ...]] = []
+    run, in_class, i = "", False, 0
+
+    def end_run() -> None:
+        nonlocal run
+        if len(run) >= minimum:
+            found.append((run,))
+        run = ""
+
     while i < len(alternative):
         c = alternative[i]
         nxt = alternative[i + 1] if i + 1 < len(alternative) else ""
@@ -101,35 +151,51 @@ def mandatory_literal(alternative: str) -> str:
             in_class = c != "]"
             i += 1 if c != "\\" else 2
             continue
+        if c == "(":
+            end_run()
+            close = _group_end(alternative, i)
+            if close < 0:
+                break
+            follower = alternative[close + 1: close + 2]
+            body = _group_body(alternative, i, close)
+            if body is not None and follower not in ("?", "*", "{"):
+                inner = required_literals(body, minimum)
+                if inner:
+                    found.append(inner)
+            i = close + 1
+            continue
         if c == "\\":
-            literal = nxt if nxt and not nxt.isalnum() and not depth else None
+            literal = nxt if nxt and not nxt.isalnum() else None
             step = escape_length(alternative, i)
-        elif c in _META or depth:
+        elif c in _META:
             literal, step = None, 1
             if c == "[":
                 in_class = True
-            elif c == "{" and not depth:
+            elif c == "{":
                 # A counted repetition ("{0,3}"): its digits are not text the match contains.
                 close = alternative.find("}", i)
                 step = close - i + 1 if close > i else 1
-            depth += (c == "(") - (c == ")")
         else:
             literal, step = c, 1
         follower = alternative[i + step] if i + step < len(alternative) else ""
         if literal is None:
-            runs.append(run)
-            run = ""
+            end_run()
         elif follower in ("?", "*", "{"):
-            runs.append(run)  # the quantified character is optional
-            run = ""
+            end_run()  # the quantified character is optional
         else:
             run += literal
             if follower == "+":
-                runs.append(run)
-                run = ""
+                end_run()
         i += step
-    runs.append(run)
-    return max(runs, key=len)
+    end_run()
+    return found
+
+
+def _selectivity(literals: tuple[str, ...]) -> tuple[bool, int]:
+    """How rarely a tail holds one of ``literals`` by chance: a set whose every literal has a
+    word of three letters or more beats one of digits and punctuation (a log's numbers hold
+    ``139`` far more often than its words hold ``exit``), then the shortest literal decides."""
+    return all(len(letter_key(literal)[0]) >= 3 for literal in literals), min(map(len, literals))
 
 
 def required_literals(regex: str, minimum: int = 3) -> tuple[str, ...] | None:
@@ -137,12 +203,12 @@ def required_literals(regex: str, minimum: int = 3) -> tuple[str, ...] | None:
 
     A sound prefilter: a text holding none of them cannot match, so the regex is skipped.
     """
-    literals = []
+    literals: list[str] = []
     for alternative in alternatives(regex):
-        literal = mandatory_literal(alternative)
-        if len(literal) < minimum:
+        candidates = _requirements(alternative, minimum)
+        if not candidates:
             return None
-        literals.append(literal)
+        literals.extend(max(candidates, key=_selectivity))
     return tuple(dict.fromkeys(literals))
 
 

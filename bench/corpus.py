@@ -106,7 +106,8 @@ SPLITS = ((("collected_a.jsonl", "collected_b.jsonl"), "tune.jsonl", "holdout.js
            "holdout33.jsonl"),
           (("collected_cx.jsonl", "collected_cy.jsonl", "collected_cz.jsonl"), "tune35.jsonl", "holdout34.jsonl"),
           (("collected_da.jsonl", "collected_db.jsonl", "collected_dc.jsonl"), "tune36.jsonl", "holdout35.jsonl"),
-          (("collected_dd.jsonl", "collected_de.jsonl", "collected_df.jsonl"), "tune37.jsonl", "holdout36.jsonl"))
+          (("collected_dd.jsonl", "collected_de.jsonl", "collected_df.jsonl"), "tune37.jsonl", "holdout36.jsonl"),
+          (("collected_dg.jsonl", "collected_dh.jsonl", "collected_di.jsonl"), "tune38.jsonl", "holdout37.jsonl"))
 
 
 # Near-duplicates: an excerpt that shares this share of its word 5-grams with one text of the

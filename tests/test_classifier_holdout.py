@@ -38,19 +38,19 @@ BENCH = _bench()
 DATA, LABELS, rows = BENCH.DATA, BENCH.LABELS, BENCH.load
 HOST = PluginHost(load_entry_points=False)
 
-# Over every holdout*.jsonl (1,255 excerpts), with the learned fallback on (the default): measured
-# 0.817 / 0.800 (0.800 / 0.801 before the fallback's healthy reading became a stall, 0.803 / 0.804
-# over the 1,238 before batch 36, 0.809 / 0.808 over the 1,216 before batch 35, 0.813 / 0.811
-# over the 1,129 before batch 33; retryable 0.789 over 994 before an unknown verdict became
-# retryable). The
-# category floor was 0.84 over 554 excerpts, 0.83 over 768, 0.82 over 809 and 0.81 over 881;
-# the batches added since come from ecosystems the catalog had not read about (other
-# accelerators, domain toolkits, cluster platforms, GPU operations, TPU stacks) or weigh hangs and
-# benign ends, which a tail tells apart worst, and score lower untouched (0.64-0.78 before
-# tuning; batch 25 0.72, batch 26 from other accelerators and older stacks 0.65; batch 27, found by
-# the errors' own words, 0.89; batch 28 0.76, batch 29 0.79, batch 30 0.78, batch 31 0.79, batch
-# 32 0.73, batch 33 0.77, batch 34 0.69, batch 35 0.50, batch 36 0.59), so the floor keeps a
-# margin of about ten excerpts below the measured figure, the retryable floor about twenty.
+# Over every holdout*.jsonl (1,289 excerpts), with the learned fallback on (the default): measured
+# 0.817 / 0.803 (0.817 / 0.800 over the 1,255 before batch 37, 0.800 / 0.801 before the fallback's
+# healthy reading became a stall, 0.803 / 0.804 over the 1,238 before batch 36, 0.809 / 0.808 over
+# the 1,216 before batch 35, 0.813 / 0.811 over the 1,129 before batch 33; retryable 0.789 over 994
+# before an unknown verdict became retryable). The category floor was 0.84 over 554 excerpts, 0.83
+# over 768, 0.82 over 809 and 0.81 over 881; the batches added since come from ecosystems the
+# catalog had not read about (other accelerators, domain toolkits, cluster platforms, GPU
+# operations, TPU stacks) or weigh hangs and benign ends, which a tail tells apart worst, and score
+# lower untouched (0.64-0.78 before tuning; batch 25 0.72, batch 26 from other accelerators and
+# older stacks 0.65; batch 27, found by the errors' own words, 0.89; batch 28 0.76, batch 29 0.79,
+# batch 30 0.78, batch 31 0.79, batch 32 0.73, batch 33 0.77, batch 34 0.69, batch 35 0.50, batch
+# 36 0.59, batch 37 0.82), so the floor keeps a margin of about ten excerpts below the measured
+# figure, the retryable floor about twenty.
 CATEGORY_FLOOR = 0.81
 RETRYABLE_FLOOR = 0.78
 
@@ -67,7 +67,7 @@ HOLDOUTS = [name for name in FILES if name.startswith("holdout")]
 
 def test_every_corpus_file_is_accounted_for():
     # dev.jsonl, tune2.jsonl (collected between the first two splits) and the splits' files: no other.
-    assert len(SPLITS) == 36
+    assert len(SPLITS) == 37
     assert FILES == sorted(["dev.jsonl", "tune2.jsonl", *(name for split in SPLITS for name in split)])
 
 
